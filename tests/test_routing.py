@@ -243,3 +243,10 @@ def test_a_plan_that_does_not_fit_lists_the_layouts_that_do_at_its_imbalance(cap
     steps = [r.step_time for r in dropless]
     assert [r["step_time_s"] for r in listed] == pytest.approx(steps, rel=1e-12)
     assert listed[0]["step_time_s"] > balanced[0].step_time
+
+
+def test_a_pair_whose_plan_is_not_a_table_is_refused(tmp_path):
+    (tmp_path / routing.PAIRS_FILE).write_text(
+        '[[pair]]\nid = "x"\nsource = "s"\nplan = 3\nforced = "2 TFLOP/s"\ndropless = "1 TFLOP/s"\n')
+    with pytest.raises(an.InputError, match="a pair needs id, source, plan \\(a table\\)"):
+        routing.pairs(tmp_path)

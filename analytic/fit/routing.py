@@ -37,10 +37,10 @@ def pairs(folder: Path) -> list[dict]:
         return []
     out = []
     for p in tomllib.loads(read_text(path)).get("pair", []):
-        if not isinstance(p, dict) or not all(
-            k in p for k in ("id", "source", "plan", "forced", "dropless")
-        ):
-            raise InputError(f"{PAIRS_FILE}: a pair needs id, source, plan, forced and dropless")
+        keys = ("id", "source", "plan", "forced", "dropless")
+        if not (isinstance(p, dict) and all(k in p for k in keys) and isinstance(p["plan"], dict)):
+            raise InputError(f"{PAIRS_FILE}: a pair needs id, source, plan (a table), forced and "
+                             "dropless")
         model = p["plan"].get("model")
         name = model.get("name") if isinstance(model, dict) else model
         if not isinstance(name, str):
@@ -49,10 +49,8 @@ def pairs(folder: Path) -> list[dict]:
         forced, dropless = (as_quantity(f"{p['id']}: {k}", p[k]) for k in ("forced", "dropless"))
         ratio = float((forced / dropless).to("").magnitude)
         if not ratio >= 1:
-            raise InputError(
-                f"{PAIRS_FILE}: {p['id']}: dropless routing faster than balanced; expected "
-                f"forced ≥ dropless, got {p['forced']} and {p['dropless']}"
-            )
+            raise InputError(f"{PAIRS_FILE}: {p['id']}: dropless routing faster than balanced; "
+                             f"expected forced ≥ dropless, got {p['forced']} and {p['dropless']}")
         out.append({"id": p["id"], "source": p["source"], "model": name, "plan": p["plan"],
                     "ratio": ratio})
     return out
@@ -65,19 +63,15 @@ def solved(pair: dict) -> float:
     balanced = plan_of(pair["plan"]).step_time().to("s").magnitude
 
     def excess(rho):
-        return (
-            plan_of(pair["plan"], routing_imbalance=rho).step_time().to("s").magnitude / balanced
-            - pair["ratio"]
-        )
+        step = plan_of(pair["plan"], routing_imbalance=rho).step_time().to("s").magnitude
+        return step / balanced - pair["ratio"]
 
     lo, f_lo, hi = 1.0, 1.0 - pair["ratio"], 2.0
     f_hi = excess(hi)
     while f_hi < 0:
         if hi > MAX_IMBALANCE:
-            raise InputError(
-                f"{pair['id']}: no routing imbalance up to {MAX_IMBALANCE} gives the measured "
-                f"ratio {pair['ratio']:.4f}"
-            )
+            raise InputError(f"{pair['id']}: no routing imbalance up to {MAX_IMBALANCE} gives the "
+                             f"measured ratio {pair['ratio']:.4f}")
         lo, f_lo, hi = hi, f_hi, 2 * hi
         f_hi = excess(hi)
     side = 0
