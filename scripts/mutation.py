@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # of search, which hold the programs to the catalogue's expressions
 TESTS = ["tests/test_catalogue.py", "tests/test_formula.py", "tests/test_precisions.py", "tests/test_muon.py",
          "tests/test_presets.py", "tests/test_hybrid.py", "tests/test_moe_folding.py",
-         "tests/test_seed_numbers.py",
+         "tests/test_seed_numbers.py", "tests/test_megatron_core_count.py",
          "tests/test_reserve.py", "tests/test_plan_sources.py", "tests/test_ops.py", "tests/test_reference_pipeline.py",
          "tests/test_reference_saved.py", "tests/test_reference_counting.py", "tests/test_reference_checkpointing.py",
          "tests/test_outside.py", "tests/test_sweep_and_plots.py", "derivations/test_derivations.py",

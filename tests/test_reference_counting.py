@@ -63,6 +63,31 @@ def test_flop_counter_equals_catalogue(model):
     assert fc.get_total_flops() == _catalogue_flops(model)
 
 
+TWO_MTP = MLA.replace(mtp_modules=2, name="tiny-deepseek-mtp")
+
+
+@pytest.mark.parametrize("model", [LLAMA, GPT, MOE, MLA, TWO_MTP], ids=lambda m: m.name)
+def test_megatron_cores_count_is_the_counted_flops_less_what_it_leaves_out(model):
+    """Megatron-Core's count (``flops.megatron-core``) is FlopCounterMode's over forward and
+    backward, attention as explicit matmuls, less what that count leaves out: the masked half of QKᵀ
+    and of attention over V (3 × 2·a·d_h·s per token and attention block; MLA 3 × a·(2d_h + d_r)·s)
+    and each router's 3 × 2·h·E; plus the norm gains it counts: MLA's two latent norms, an MTP
+    module's three."""
+    torch.manual_seed(0)
+    net, m = Transformer(model, seq_len=S, attention="explicit"), model
+    with FlopCounterMode(display=False) as fc:
+        out = net(torch.randint(0, m.vocab, (B, S)), **({"mtp": True} if m.mtp_modules else {}))
+        (sum(o.float().sum() for o in out) if m.mtp_modules else out.float().sum()).backward()
+    blocks = m.layers + m.mtp_modules
+    per_head = (2 * m.head_dim + m.rope_dim) if m.attention == "mla" else 2 * m.head_dim
+    norms = blocks * (m.q_lora_rank + m.kv_lora_rank) + 3 * m.hidden * m.mtp_modules
+    routers = 6 * m.hidden * m.experts * m.moe_blocks
+    left_out = 3 * m.heads * per_head * S * blocks + routers - 6 * norms
+    plan = an.Plan(model, an.hardware("h100-sxm"), an.Layout(), seq_len=S, global_batch=B)
+    counted = plan.model_flops("megatron-core").to("FLOP").magnitude
+    assert counted == fc.get_total_flops() - left_out * B * S
+
+
 def test_mtp_module_parameters_and_flops_match_plan():
     """A DeepSeek-style MTP module: its parameters are Model.mtp_params_formula exactly, and the
     FLOPs it adds (FlopCounterMode, forward + backward through the shared head) are what Plan adds

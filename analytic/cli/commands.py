@@ -42,6 +42,7 @@ def cmd_step(args) -> int:
                          f"{layout_text(best.layout, best.microbatch_size)} (give layout flags to choose another)")
     said, verdict = verdict_lines(plan, layouts=bool(args.model))  # the source text's plan: the command only
     story = lines(plan, mfu=extra["mfu"], text=extra["text"])
+    notes += [n for n in plan.notes if n not in notes]  # what it took, wanting a measurement
     stack_said = _stack_said(plan)
     if args.json:
         print(json_text({"plan": repr(plan), "notes": notes, **verdict, **stack_said[1],
@@ -130,6 +131,7 @@ def cmd_memory(args) -> int:
         peak = low = high = outside = None
         measured = []
         notes.append(f"no predicted peak: {exc}")
+    notes += [n for n in plan.notes if n not in notes]  # what it took, wanting a measurement
     r = MemoryReport(plan, mem, rows, stages, notes, headroom, fit, peak, low, high, measured, outside, changes)
     from .fitting import verdict_lines
     said, fitting = verdict_lines(plan, layouts=bool(args.model))

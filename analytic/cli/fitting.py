@@ -20,8 +20,9 @@ def layout_given(args) -> bool:
 
 
 def search_like(plan, top: int = 3):
-    """Search of the plan's GPUs, model, hardware (its overrides too), batch, dtype, stack and
-    routing imbalance, ranked by step time: the layouts that fit at their predicted peak."""
+    """Search of the plan's GPUs, model, hardware (its overrides too), batch, dtype, stack, expert
+    capacity and routing imbalance, ranked by step time: the layouts that fit at their predicted
+    peak."""
     from ..search.layouts import search
     over = {k: (Q(float(plan.overrides[k]), u) if u else int(plan.overrides[k]))
             for k, u in _HARDWARE.items() if k in plan.overrides}
@@ -29,6 +30,8 @@ def search_like(plan, top: int = 3):
     outside = {"outside_bytes": Q(float(plan.overrides["outside_bytes"]), "byte")} \
         if "outside_bytes" in plan.overrides else {}
     routed = {k: plan.overrides[k] for k in ("routing_imbalance",) if k in plan.overrides}
+    if plan.expert_capacity is not None:
+        routed |= {"expert_capacity": plan.expert_capacity, "pad_to_capacity": plan.pad_to_capacity}
     return search(plan.model, hw, gpus=int(plan.gpus), seq_len=int(plan.seq_len),
                   global_batch=int(plan.global_batch), dtype=plan.dtype, stack=plan.stack, top=top,
                   progress=False, **outside, **routed)

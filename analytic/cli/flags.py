@@ -64,7 +64,9 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
                 "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout", "bf16_layers", "grad_dtype",
                 "moment_dtype", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
-                "first_stage_layers", "last_stage_layers", "expert_capacity", "routing_imbalance"}
+                "first_stage_layers", "last_stage_layers", "expert_capacity",
+                "drop_beyond_capacity",
+                "routing_imbalance"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "profile", "allow_cross_node_tp", "recompute_layers",
                              "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
@@ -148,15 +150,19 @@ def bf16_layers_flag(text) -> dict:
     return {"bf16_layers": tuple(count_flag(p.strip(), "bf16-layers", minimum=0) for p in parts)}
 
 
-def capacity_flag(text) -> dict:
-    """``--expert-capacity C`` as Plan's and search's ``expert_capacity=C``, where given."""
+def capacity_flag(text, drop=False) -> dict:
+    """``--expert-capacity C`` (``--drop-beyond-capacity``) as Plan's and search's
+    ``expert_capacity=C`` (``pad_to_capacity=False``), where given."""
     if text is None:
+        if drop:
+            raise CLIError("--drop-beyond-capacity: drops the tokens beyond --expert-capacity, "
+                           "which is not given")
         return {}
     try:
         value = float(text)
     except ValueError:
         raise CLIError(f"--expert-capacity: expected a number ≥ 1, got {text!r:.80}") from None
-    return {"expert_capacity": value}
+    return {"expert_capacity": value} | ({"pad_to_capacity": False} if drop else {})
 
 
 def search_keywords(args) -> dict:
@@ -169,7 +175,7 @@ def search_keywords(args) -> dict:
              if getattr(args, k) is not None},
           **({"layout_options": options} if options else {}),
           **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}), **bf16_layers_flag(args.bf16_layers),
-          **capacity_flag(args.expert_capacity),
+          **capacity_flag(args.expert_capacity, getattr(args, "drop_beyond_capacity", False)),
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
           **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
@@ -273,7 +279,8 @@ def build_plan(args) -> tuple[object, dict]:
         tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
     chosen = ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher", "routing_imbalance")
     plan_kw |= {k: get(k) for k in chosen if get(k) is not None}
-    plan_kw |= bf16_layers_flag(get("bf16_layers")) | capacity_flag(get("expert_capacity"))
+    plan_kw |= bf16_layers_flag(get("bf16_layers")) | capacity_flag(get("expert_capacity"),
+                                                                   get("drop_beyond_capacity"))
     if get("allow_cross_node_tp"):
         plan_kw["allow_cross_node_tp"] = True
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, flash_attention=get("flash_attention"),

@@ -57,6 +57,11 @@ def _precision_args(g) -> None:
     g.add_argument("--expert-capacity", dest="expert_capacity", metavar="C",
                    help="an MoE plan's experts padded to C times their balanced share of tokens (Megatron-Core's "
                         "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); default dropless")
+    g.add_argument("--drop-beyond-capacity", dest="drop_beyond_capacity", action="store_true",
+                   default=None,
+                   help="with --expert-capacity: the tokens beyond it dropped, the experts' input "
+                        "not padded (Megatron-Core's capacity factor without "
+                        "--moe-pad-expert-input-to-capacity)")
     g.add_argument("--routing-imbalance", dest="routing_imbalance", metavar="R",
                    help="an MoE plan's busiest expert-parallel rank's routed tokens over "
                         "its balanced share: balanced (1, the default, as benchmarks force "

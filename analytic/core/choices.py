@@ -37,7 +37,7 @@ CP_ATTENTIONS = ("pytorch-allgather",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}
-CONVENTIONS = ("6nd", "palm", "megatron")
+CONVENTIONS = ("6nd", "palm", "megatron", "megatron-core")
 #: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
 #: (ZeRO §3.1); the low-precision ones run the linear layers' matmuls in their format and the rest in bf16
 #: (DeepSeek-V3 §3.3.1): fp8 (per-tensor or blockwise scales, FP8_RECIPES), mxfp8 and nvfp4 (block scales;

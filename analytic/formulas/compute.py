@@ -102,6 +102,31 @@ define("compute.mamba2_scan_flops_per_token", 7 * S("ssm_heads") * S("ssm_head_d
        "forward FLOPs per token of one Mamba-2 layer's scan", coefficient_unit="FLOP")
 define("compute.logits_forward_flops_per_token", 2 * h * V, "FLOP/token", "derived: derivations/time_wall.py",
        ("output projection h×V",), "forward FLOPs per token of the logit layer", coefficient_unit="FLOP")
+MCORE = ("NVIDIA/Megatron-LM megatron/training/training.py num_floating_point_operations "
+         "(the count behind the TFLOP/s Megatron-Core logs)")
+G_m, N_m, H_m = S("ssm_groups", "ssm_state", "ssm_heads")
+define("compute.flops_per_token_megatron_core", 6 * N + 6 * l * a * d_h * s, "FLOP/token",
+       f"{MCORE}, transformer_flops and hybrid_flops",
+       ("3 × 2 FLOPs per multiply-add of every GEMM weight a token passes through: N counts the "
+        "attention projections, the MLP's or the k routed and the shared experts' matrices (the "
+        "router not), the output layer once per head and the MTP projections, not the embedding "
+        "lookup, norms or biases",
+        "QKᵀ and attention over V over half the sequence (causal mask), in l layers of attention",
+        "the vocabulary as the model states it (Megatron-LM pads it to its "
+        "--make-vocab-size-divisible-by times TP)"),
+       "model FLOPs per token, Megatron-Core's convention", coefficient_unit="FLOP")
+define("compute.flops_per_token_megatron_core.mla", 6 * N + 3 * l * a * (2 * d_h + d_r) * s,
+       "FLOP/token", f"{MCORE}, transformer_flops (multi_latent_attention)",
+       ("N as compute.flops_per_token_megatron_core, MLA's five projections with their two norms' "
+        "gains (the count's '+ 1' per rank)",
+        "QKᵀ over d_h + d_r and attention over V of d_h over half the sequence"),
+       "model FLOPs per token of an MLA model, Megatron-Core's convention", coefficient_unit="FLOP")
+define("compute.megatron_core_mamba_flops_per_token",
+       6 * h * (4 * h + 2 * G_m * N_m + H_m) + 42 * h * N_m + 12 * h**2, "FLOP/token",
+       f"{MCORE}, mamba_layer_flops",
+       ("three passes of the forward's input projection h×(2·d_in + 2G·N + H), scan 7·d_in·N and "
+        "output projection d_in×h, with d_in = 2h as the count takes it (not the mixer's H·P)",),
+       "FLOPs per token of one Mamba-2 layer, Megatron-Core's convention", coefficient_unit="FLOP")
 define("compute.mfu", C / (T * n * F), "", f"{PALM} App. B (MFU); Llama 3 arXiv 2407.21783 §3.3.2",
        ("C: model FLOPs of one step (no recomputation)",), "model FLOPs utilisation",
        domain=((C <= T * n * F, "MFU above 1: the step time is shorter than the FLOPs take at every GPU's peak"),))

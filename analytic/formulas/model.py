@@ -56,6 +56,11 @@ define("model.params.moe_active", (k + E_s) * 3 * h * h_e + E * h, P,
        "DeepSeek-V3 arXiv 2412.19437 §2.1.2 (top-k routed + shared experts)",
        ("a token uses k routed and all shared experts, and the whole router",),
        "parameters of one MoE FFN used by one token", coefficient_unit=P)
+define("model.params.router", E * h, P,
+       "DeepSeek-V3 arXiv 2412.19437 §2.1.2 (the gating affinities s = u·e)",
+       ("one centroid of width h per routed expert; no bias counted",),
+       "parameters of one MoE FFN's router (within model.params.moe and moe_active)",
+       coefficient_unit=P)
 define("model.params.attention_sinks", a, P,
        GPT_OSS,
        ("one learned sink logit per attention head",), "attention sink logits of one attention block", coefficient_unit=P)

@@ -31,6 +31,6 @@ OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "outside_bytes", "scal
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
              "training_tokens", "allow_cross_node_tp", "grad_dtype", "moment_dtype", "stack", "profile", "optimizer",
-             "fp8_recipe", "dispatcher", "bf16_layers", "expert_capacity")
+             "fp8_recipe", "dispatcher", "bf16_layers", "expert_capacity", "pad_to_capacity")
 #: the constants of the predictive model that come with the stack's calibration
 CALIBRATED = ("stack_efficiency", "overlap", "attention_factor")

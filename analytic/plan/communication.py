@@ -265,12 +265,12 @@ def _allgather_dispatch(inp: Inputs) -> dict:
 
 
 def _routed(inp: Inputs, busiest: bool = True) -> tuple:
-    """A rank's own tokens of an MoE layer per microbatch (with ``busiest``, times the routing's
-    imbalance: what the busiest rank's experts take), the bytes of a dispatched token's element, and
-    the layer's collectives of each kind per step (forward and backward)."""
+    """A rank's own tokens of an MoE layer per microbatch (with ``busiest``, times the busiest
+    rank's share of the routed tokens: what its experts take), the bytes of a dispatched token's
+    element, and the layer's collectives of each kind per step (forward and backward)."""
     lay, m = inp.deg, inp.model
     own = inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1)
-    tokens = Formula("tokens", own * inp.imbalance if busiest else own, "token", "")
+    tokens = Formula("tokens", own * inp.busiest_share if busiest else own, "token", "")
     return tokens, gemm_input_bytes(inp, Quantity(2, "byte")), ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
 
 

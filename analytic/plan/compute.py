@@ -13,7 +13,8 @@ from .inputs import Inputs
 
 def model_flops(inp: Inputs, convention: str) -> Formula:
     """Model FLOPs per step (no recomputation): ``6nd`` (6·N_active·D), ``palm`` (6N + 12LHQT per
-    token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute)."""
+    token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute), ``megatron-core`` (the count
+    behind Megatron-Core's logged TFLOP/s)."""
     choice("convention", convention, CONVENTIONS)
     m, tokens = inp.model, inp.tokens_per_step
     if convention == "6nd":
@@ -22,7 +23,35 @@ def model_flops(inp: Inputs, convention: str) -> Formula:
         palm = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=m.active_params_formula(),
                      layers=m.attention_layers)
         return (palm + _scans(inp, m.mamba_blocks)) * tokens
+    if convention == "megatron-core":
+        return _megatron_core(inp) * tokens
     return inp.f("compute.megatron_flops")
+
+
+def _megatron_core(inp: Inputs) -> Formula:
+    """Megatron-Core's count per token: the GEMM weights a token passes through, kind by kind (the
+    attention blocks, the dense MLPs, the MoE FFNs without their routers, an output head per MTP
+    module and the main one, the MTP projections with their three norms); a hybrid model as
+    ``hybrid_flops`` counts it: the pattern's layers, Mamba-2 mixers by their own count, one head,
+    no MTP."""
+    m, f = inp.model, inp.f
+    mtp = 0 if m.is_hybrid else m.mtp_modules
+    params = (f("model.params.attention" + ("_mla" if m.attention == "mla" else ""))
+              * (m.attention_layers + mtp) + f("model.params.embedding") * (1 + mtp))
+    dense = m.dense_blocks - (m.mtp_modules if m.is_hybrid and not m.is_moe else 0)
+    params = params + f(f"model.params.mlp.{m.mlp_formulas}") * dense
+    if m.is_moe:
+        gated = "" if m.mlp_formulas == "swiglu" else "_gelu"
+        moe = f(f"model.params.moe_active{gated}") - f("model.params.router")
+        moe = moe + f("model.params.moe_latent") if m.moe_latent else moe
+        params = params + moe * (m.moe_layers if m.is_hybrid else m.moe_blocks)
+    if mtp:
+        params = params + (f("model.params.mtp_projection") + f("model.params.norm.rmsnorm")) * mtp
+    per_token = f(f"compute.flops_per_token_megatron_core{m.attention_suffix}", params=params,
+                  layers=m.attention_layers + mtp)
+    if m.mamba_blocks:
+        per_token = per_token + f("compute.megatron_core_mamba_flops_per_token") * m.mamba_blocks
+    return per_token
 
 
 def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formula:

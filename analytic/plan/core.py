@@ -95,7 +95,9 @@ class Plan:
     default the hardware platform's (``choices.default_stack``: Megatron-Core on CUDA and ROCm).
     ``dispatcher``: how an MoE layer's tokens reach their experts (``choices.DISPATCHERS``), by default the
     stack's first. ``bf16_layers=(first, last)``: the layers at each end a low-precision plan keeps in BF16.
-    ``expert_capacity=c``: an MoE plan's experts padded to c times their balanced share of tokens.
+    ``expert_capacity=c``: an MoE plan's experts padded to c times their balanced share of
+    tokens (``pad_to_capacity=False``: the tokens beyond it dropped instead, the busiest rank's
+    share capped at it).
     ``routing_imbalance``: an MoE plan's busiest expert-parallel rank's routed tokens over that
     share (a number ≥ 1; "balanced", 1, the default; "dropless", the model's value fitted on its
     runs).
@@ -106,14 +108,15 @@ class Plan:
                  flash_attention: bool | None = None, training_tokens=None, allow_cross_node_tp: bool = False,
                  grad_dtype: str | None = None, moment_dtype: str | None = None, stack: str | None = None,
                  profile=None, optimizer: str = "adam", fp8_recipe: str | None = None, dispatcher: str | None = None,
-                 bf16_layers=None, expert_capacity=None, **overrides):
+                 bf16_layers=None, expert_capacity=None, pad_to_capacity: bool = True, **overrides):
         self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                                 microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
                                 flash_attention=flash_attention, training_tokens=training_tokens,
                                 allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype,
                                 moment_dtype=moment_dtype, stack=stack, optimizer=optimizer,
                                 fp8_recipe=fp8_recipe, dispatcher=dispatcher, bf16_layers=bf16_layers,
-                                expert_capacity=expert_capacity, profile=profile, **overrides)
+                                expert_capacity=expert_capacity, pad_to_capacity=pad_to_capacity,
+                                profile=profile, **overrides)
         self.model, self.hardware, self.layout = inp.model, inp.hardware, inp.layout
         self.dtype, self.flash_attention, self.overrides, self.notes = inp.dtype, inp.flash_attention, inp.overrides, inp.notes
         self.seq_len, self.global_batch, self.microbatch_size = inp.seq_len, inp.global_batch, inp.microbatch_size
@@ -121,6 +124,7 @@ class Plan:
         self.grad_dtype, self.moment_dtype, self.stack = inp.grad_dtype, inp.moment_dtype, inp.stack
         self.optimizer, self.fp8_recipe, self.dispatcher = inp.optimizer, inp.fp8_recipe, inp.dispatcher
         self.bf16_layers, self.expert_capacity = inp.bf16_layers, inp.expert_capacity
+        self.pad_to_capacity = inp.pad_to_capacity
         self._fp8_recipe_given, self._dispatcher_given = fp8_recipe, dispatcher  # None follows a replaced plan's stack
         self._grad_dtype_given = grad_dtype  # None follows the stack and the ZeRO stage of a replaced plan
         self._exprs, self._stages = {}, {}  # quantity → its Formula, and stage → its parts' Formulas, once built
@@ -231,7 +235,9 @@ class Plan:
     # --- numbers ------------------------------------------------------------------------------
     def model_flops(self, convention: str = "6nd") -> Quantity:
         """Model FLOPs per step (no recomputation) under a convention: ``6nd`` (6·N_active·D),
-        ``palm`` (6N + 12LHQT per token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute)."""
+        ``palm`` (6N + 12LHQT per token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute),
+        ``megatron-core`` (the count behind the TFLOP/s Megatron-Core logs: GEMM weights, causal
+        attention)."""
         choice("convention", convention, CONVENTIONS)
         return self.value(f"flops.{convention}")
 
@@ -440,7 +446,7 @@ class Plan:
                     moment_dtype=self.moment_dtype, stack=self.stack, optimizer=self.optimizer,
                     fp8_recipe=self._fp8_recipe_given, dispatcher=self._dispatcher_given,
                     bf16_layers=self.bf16_layers if any(self.bf16_layers) else None,
-                    expert_capacity=self.expert_capacity,
+                    expert_capacity=self.expert_capacity, pad_to_capacity=self.pad_to_capacity,
                     **{k: v if is_sympy(v) else Quantity(v, info(k).unit) for k, v in self.overrides.items()})
 
     def replace(self, *, model: Model | None = None, layout: Layout | None = None, **changes) -> "Plan":

@@ -51,7 +51,8 @@ class Inputs:
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
                  allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
                  optimizer: str = "adam", fp8_recipe: str | None = None, dispatcher: str | None = None,
-                 bf16_layers=None, expert_capacity=None, **overrides):  # Plan's arguments
+                 bf16_layers=None, expert_capacity=None, pad_to_capacity: bool = True,
+                 **overrides):  # Plan's arguments
         model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):
@@ -67,7 +68,7 @@ class Inputs:
         self.recipe = precision(self.dtype, self.fp8_recipe)  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
         self._read_bf16_layers(bf16_layers)
-        self._read_capacity(expert_capacity)
+        self._read_capacity(expert_capacity, pad_to_capacity)
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
             self.recipe = {**self.recipe, "cast": self.recipe["cast_compiled"]}
         if profile is not None:  # measured constants; explicit keywords win
@@ -163,14 +164,20 @@ class Inputs:
             raise InputError(f"bf16_layers: {first} + {last} exceed the {self.model.layers} layers")
         self.bf16_layers, self.kept_16 = (first, last), ratio(first + last, self.model.layers)
 
-    def _read_capacity(self, given) -> None:
-        """An MoE plan's expert capacity: None (dropless), or c ≥ 1, each expert's input padded to c times its
-        balanced share (Megatron-Core's --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity;
-        without the padding, under the balanced routing the plan assumes, no token is dropped and nothing
-        changes). ``routed_topk``: the copies of a token the routed experts' GEMMs, permutations, all-to-all and
-        saved tensors carry, k·c (a node-limited or DeepEP dispatch sends a token once a node, unpadded)."""
-        self.expert_capacity, self.routed_topk = None, self.model.topk
+    def _read_capacity(self, given, pad=True) -> None:
+        """An MoE plan's expert capacity: None (dropless), or c ≥ 1 times each expert's balanced
+        share (Megatron-Core's --moe-expert-capacity-factor), its input padded to it (``pad``:
+        --moe-pad-expert-input-to-capacity) or the tokens beyond it dropped. ``routed_topk``: the
+        copies of a token the routed experts' GEMMs, permutations, all-to-all and saved tensors
+        carry, k·c padded, else k (a node-limited or DeepEP dispatch sends a token once a node,
+        unpadded)."""
+        self.expert_capacity, self.routed_topk, self.pad_to_capacity = None, self.model.topk, pad
+        if not isinstance(pad, bool):
+            raise InputError(f"pad_to_capacity: expected True or False, got {pad!r:.80}")
         if given is None:
+            if not pad:
+                raise InputError("pad_to_capacity: drops the tokens beyond an expert_capacity; "
+                                 "none is given (dropless routing has no capacity to pad to)")
             return
         if not self.model.is_moe:
             raise InputError(f"expert_capacity: pads an MoE model's experts; {self.model.name or 'the model'} is dense")
@@ -178,7 +185,7 @@ class Inputs:
             raise InputError(f"expert_capacity: expected a number ≥ 1 (each expert's input padded to it times its "
                              f"balanced share), got {given!r:.80}")
         self.expert_capacity = given
-        self.routed_topk = self.model.topk * exact_number(given)
+        self.routed_topk = self.model.topk * exact_number(given) if pad else self.model.topk
 
     def _named_imbalance(self, overrides: dict) -> dict:
         """``overrides`` with a routing imbalance given by name (choices.ROUTINGS) as its number."""
@@ -218,10 +225,11 @@ class Inputs:
             name = self.model.name or "the model"
             raise InputError("routing_imbalance: the busiest expert-parallel rank's share of an "
                              f"MoE model's routed tokens; {name} is dense")
-        if self.expert_capacity is not None:
+        if self.expert_capacity is not None and self.pad_to_capacity:
             raise InputError("routing_imbalance: experts padded to a capacity take its rows "
                              "however the tokens are routed (expert_capacity="
-                             f"{self.expert_capacity}); give one of the two")
+                             f"{self.expert_capacity}); give one of the two, or "
+                             "pad_to_capacity=False")
 
     @property
     def imbalance(self):
@@ -233,10 +241,20 @@ class Inputs:
         return cases("imbalance", "", (1, Eq(self.deg.ep, 1)), (rho, True)).term
 
     @property
+    def busiest_share(self):
+        """The busiest expert-parallel rank's routed tokens over its balanced share: the
+        :attr:`imbalance`, at most the capacity where the tokens beyond it are dropped (its experts
+        evenly loaded)."""
+        if self.expert_capacity is None or self.pad_to_capacity:
+            return self.imbalance
+        from ..core.algebra import Min
+        return Min(self.imbalance, exact_number(self.expert_capacity))
+
+    @property
     def busiest_topk(self):
         """The copies of a token the busiest expert-parallel rank's experts take, in its GEMMs,
-        permutations, all-to-all and saved tensors: ``routed_topk`` times its :attr:`imbalance`."""
-        return self.routed_topk * self.imbalance
+        permutations and saved tensors: ``routed_topk`` times its :attr:`busiest_share`."""
+        return self.routed_topk * self.busiest_share
 
     def _read_optimizer(self, optimizer) -> None:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the

@@ -37,6 +37,7 @@ def builders(plan) -> dict:
         "flops.6nd": lambda: compute.model_flops(inp, "6nd"),
         "flops.palm": lambda: compute.model_flops(inp, "palm"),
         "flops.megatron": lambda: compute.model_flops(inp, "megatron"),
+        "flops.megatron-core": lambda: compute.model_flops(inp, "megatron-core"),
         "flops.hardware": lambda: compute.hardware_flops(inp),
         "bubble": lambda: plan._time["bubble"] / timing.total(plan._time, OP_CLASSES[:3]),
         "time.compute": lambda: timing.total(plan._time, OP_CLASSES),

@@ -54,7 +54,8 @@ def template(plan):
                       allow_cross_node_tp=inp.allow_cross_node_tp, grad_dtype=inp.grad_rule,
                       moment_dtype=inp.moment_dtype, stack=inp.stack, fp8_recipe=inp.fp8_recipe,
                       optimizer=inp.optimizer, dispatcher=inp.dispatcher,
-                      bf16_layers=inp.bf16_layers, expert_capacity=inp.expert_capacity)
+                      bf16_layers=inp.bf16_layers, expert_capacity=inp.expert_capacity,
+                      pad_to_capacity=inp.pad_to_capacity)
     t, present = plan._in, structural_inputs(inp)
     own = {*model.inputs(), *_DEGREES, *_BATCH, "etp", "comm_sms"}
     kept = {k: v for k, v in t.values.items() if k in own}

@@ -307,7 +307,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            at_limit: bool = False, fp8_recipe: str | None = None, optimizer: str = "adam", etp: int | None = None,
            pipeline_layout: str | None = None, dispatcher: str | None = None, bf16_layers=None,
            grad_dtype: str | None = None, moment_dtype: str | None = None, expert_capacity=None,
-           routing_imbalance=None, layout_options: dict | None = None) -> SearchResult:
+           pad_to_capacity: bool = True, routing_imbalance=None,
+           layout_options: dict | None = None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
@@ -316,8 +317,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     allocator, as ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``).
     ``stack``: the training stack every layout is counted with, as ``Plan(..., stack=)`` (by default
     the platform's), and ``fp8_recipe``, ``optimizer``, ``dispatcher``, ``bf16_layers``,
-    ``grad_dtype``, ``moment_dtype``, ``expert_capacity`` and ``routing_imbalance`` as Plan takes
-    them; ``etp``, ``pipeline_layout`` and
+    ``grad_dtype``, ``moment_dtype``, ``expert_capacity``, ``pad_to_capacity`` and
+    ``routing_imbalance`` as Plan takes them; ``etp``, ``pipeline_layout`` and
     ``layout_options`` (a dict of Layout's recompute_modules, fp8_activations, offload_activations,
     offload_optimizer, first_stage_layers, last_stage_layers) every layout's, as Layout takes them
     (a pipeline layout or uneven stages with ``pp`` pinned). Each layout carries its memory verdict,
@@ -360,11 +361,11 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                                  optimizer=optimizer, fp8_recipe=fp8_recipe, dispatcher=dispatcher,
                                  pipeline_layout=pipeline_layout, bf16_layers=bf16_layers, grad_dtype=grad_dtype,
                                  moment_dtype=moment_dtype, expert_capacity=expert_capacity,
+                                 pad_to_capacity=pad_to_capacity,
                                  routing_imbalance=routing_imbalance, layout_options=layout_options)
     arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
                       microbatch_sizes=microbatch_sizes, max_tp=max_tp, max_cp=max_cp, pins=pins,
                       etp=counted.get("etp"), explicit="pp" in counted, **narrowed)
-    n = len(arrays["tp"])
     out, built = _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention,
                             async_tp, comm_sms, zero3_gather, stack, counted)
     outside = _judged(arrays, out, hardware, dtype, global_batch * seq_len, allocator, outside_bytes)
@@ -373,9 +374,9 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,
              "ratios": _interval(stack), "stack": stack, "fp8_recipe": counted["fp8_recipe"]}
     others = {k: counted.get(k) for k in COUNTED if k != "fp8_recipe"}
-    return SearchResult(_Ranking(arrays, keep, {**fixed, **others}), evaluated=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
-                        outside=outside, counted=others, **fixed)
+    return SearchResult(_Ranking(arrays, keep, {**fixed, **others}), evaluated=len(arrays["tp"]),
+                        fitting=n_fit, seconds=time.time() - start, arrays=arrays, compiled=built,
+                        notes=notes, objective=objective, outside=outside, counted=others, **fixed)
 
 
 def _judged(arrays: dict, out: dict, hardware, dtype, tokens, allocator, outside_bytes) -> float:

@@ -43,7 +43,7 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 #: how search counts every layout beyond its degrees and choices (:data:`COUNTED`): Plan's options and
 #: Layout's fields every layout takes, as given to search
 PLAN_OPTIONS = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "grad_dtype", "moment_dtype",
-                "expert_capacity", "routing_imbalance")
+                "expert_capacity", "pad_to_capacity", "routing_imbalance")
 LAYOUT_OPTIONS = ("etp", "pipeline_layout", "recompute_modules", "fp8_activations", "offload_activations",
                   "offload_optimizer", "first_stage_layers", "last_stage_layers")
 COUNTED = PLAN_OPTIONS + LAYOUT_OPTIONS
