@@ -75,3 +75,24 @@ def test_an_unknown_convention_names_the_four():
                    global_batch=1)
     with pytest.raises(an.InputError, match="convention.*megatron-core"):
         plan.model_flops("mcore")
+
+
+def test_the_story_prints_the_throughput_the_validation_case_measures(capsys):
+    """`analytic step` on the zoo's GB200 BF16 run prints, under Megatron-Core's count, the
+    TFLOP/s per GPU of the validation case's metric (compute.achieved_flops of the case's plan at
+    the shipped constants)."""
+    import json
+
+    from analytic.cli.main import main
+    case = next(c for c in tomllib.loads(ZOO.read_text())["case"]
+                if c["id"] == "MZOO-qwen3-235b-gb200-bf16")
+    plan = calibration.build_plan(case["plan"])
+    metric = calibration.metric_formula(plan, case["metric"], case["convention"]).value()
+    flags = ["--model", "qwen3-235b-a22b", "--hardware", "gb200-nvl72", "--scale-up-domain", "8",
+             "--gpus", "256", "--pp", "8", "--ep", "8", "--etp", "1", "--zero", "1",
+             "--ends-as-layers", "--seq", "4096", "--global-batch", "8192", "--dispatcher", "flex",
+             "--json"]
+    assert main(["step", *flags]) == 0
+    lines = json.loads(capsys.readouterr().out)["lines"]
+    printed = next(x["value"] for x in lines if x["key"] == "tflops_megatron_core")
+    assert printed == pytest.approx(metric.to("TFLOP/s").magnitude, rel=1e-12)

@@ -91,6 +91,23 @@ def test_past_a_root_a_number_is_a_decimal_of_40_digits():
     assert float(got) == float(want)
 
 
+def test_a_power_past_the_exact_exponents_is_a_decimal_of_40_digits():
+    """Up to EXACT_POWER a whole power is exact; past it an exact rational power would hold about
+    as many digits as its exponent, so it is a Decimal: 2/3 to the 10¹² underflows to zero, and the
+    nodes 10⁶ draws reach among 10⁶ (parallelism.ep.nodes_reached, N·(1 − (1 − 1/N)^k)) are
+    N·(1 − e^(k·ln(1 − 1/N))) to 1e-12, as a hostile topk of 10¹² is 3 nodes of 3."""
+    assert terms.arithmetic("pow", Fraction(2, 3), terms.EXACT_POWER) == Fraction(2**1024, 3**1024)
+    past = terms.arithmetic("pow", Fraction(2, 3), 10**12)
+    assert type(past) is Decimal and past == 0
+    exact = [terms.arithmetic("pow", base, 10**12 + 1) for base in (0, 1, Fraction(-1))]
+    assert exact == [0, 1, -1] and all(type(x) is int for x in exact)  # 0 and ±1 stay exact
+    reached = an.formula("parallelism.ep.nodes_reached")
+    n = 10**6
+    expected = n * (1 - math.exp(n * math.log1p(-1 / n)))
+    assert reached.evaluate(nodes=n, topk=n).magnitude == pytest.approx(expected, rel=1e-12)
+    assert reached.evaluate(nodes=3, topk=1e12).magnitude == 3
+
+
 def test_a_formula_holding_no_real_number_raises_only_when_asked():
     """A case a plan does not take may have no value (a division by zero): the formula holds NaN, sums
     and products of it too, and an InputError naming it comes only when its value is asked."""

@@ -347,6 +347,10 @@ def _time(f: Figures, add) -> None:
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
             float(plan.value("mfu.palm").to("").magnitude),
             _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
+        per_gpu = (plan.model_flops("megatron-core") / st / plan.gpus).to("TFLOP/s").magnitude
+        add("time", "tflops_megatron_core",
+            "predicted TFLOP/s per GPU (Megatron-Core's count, as its logs print them)",
+            float(per_gpu), _tags(plan, "flops.megatron-core", "compute.flops_per_token"))
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
 

@@ -383,12 +383,21 @@ def whole(x):
     return x
 
 
+#: the largest whole exponent a power is taken to exactly: an exact rational power grows in digits
+#: with its exponent (2/3 to the 10⁸ holds 10⁸ digits), so past it the power is a Decimal
+#: (:data:`CONTEXT`)
+EXACT_POWER = 1024
+
+
 def _power(a, b):
-    """``a ** b`` of exact numbers: exact for a whole exponent, else a Decimal (NaN where not real)."""
+    """``a ** b`` of exact numbers: exact for a whole exponent up to :data:`EXACT_POWER` (or a
+    base of 0 or ±1), else a Decimal (NaN where not real)."""
     if type(b) is int or (type(b) is Fraction and b.denominator == 1):
         if a == 0 and b < 0:
             return math.nan
-        return whole(Fraction(a) ** int(b))
+        if abs(b) <= EXACT_POWER or a in (0, 1, -1):
+            return whole(Fraction(a) ** int(b))
+        return arithmetic("pow", inexact(a), int(b))
     if a < 0:
         return math.nan
     return arithmetic("pow", inexact(a), b)
