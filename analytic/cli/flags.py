@@ -64,9 +64,8 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
                 "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout", "bf16_layers", "grad_dtype",
                 "moment_dtype", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
-                "first_stage_layers", "last_stage_layers", "expert_capacity",
-                "drop_beyond_capacity",
-                "routing_imbalance"}
+                "first_stage_layers", "last_stage_layers", "expert_capacity", "routing_imbalance",
+                "drop_beyond_capacity"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "profile", "allow_cross_node_tp", "recompute_layers",
                              "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
