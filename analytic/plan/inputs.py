@@ -180,10 +180,12 @@ class Inputs:
                                  "none is given (dropless routing has no capacity to pad to)")
             return
         if not self.model.is_moe:
-            raise InputError(f"expert_capacity: pads an MoE model's experts; {self.model.name or 'the model'} is dense")
-        if isinstance(given, (bool, str)) or not is_number(given) or not given >= 1 or given == float("inf"):
-            raise InputError(f"expert_capacity: expected a number ≥ 1 (each expert's input padded to it times its "
-                             f"balanced share), got {given!r:.80}")
+            raise InputError(f"expert_capacity: bounds an MoE model's experts; "
+                             f"{self.model.name or 'the model'} is dense")
+        if (isinstance(given, (bool, str)) or not is_number(given) or not given >= 1
+                or given == float("inf")):
+            raise InputError("expert_capacity: expected a number ≥ 1 (each expert's tokens, at "
+                             f"most it times its balanced share), got {given!r:.80}")
         self.expert_capacity = given
         self.routed_topk = self.model.topk * exact_number(given) if pad else self.model.topk
 
