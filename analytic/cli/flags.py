@@ -174,7 +174,7 @@ def search_keywords(args) -> dict:
              if getattr(args, k) is not None},
           **({"layout_options": options} if options else {}),
           **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}), **bf16_layers_flag(args.bf16_layers),
-          **capacity_flag(args.expert_capacity, getattr(args, "drop_beyond_capacity", False)),
+          **capacity_flag(args.expert_capacity, args.drop_beyond_capacity),
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
           **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
