@@ -134,7 +134,7 @@ def test_a_short_step_peaks_in_a_foreach_optimizer_step():
     model = sm.tiny(4096, 64)
     kw = dict(seq_len=64, microbatch_size=1, microbatches=1)
     mem = sm.plan(model, **kw).memory()
-    assert mem.optimizer_step.to("byte").magnitude == 4 * PARAMS and mem.activations.magnitude == 0
+    assert round(mem.optimizer_step.m_as("byte")) == 4 * PARAMS and mem.activations.magnitude == 0
     foreach = sm.measure(model, **kw)["peak"]
     assert mem.total.to("byte").magnitude / foreach - 1 == pytest.approx(0, abs=0.001)
     counted_fused = sm.plan(model, stack="torchtitan-2025", **kw).memory()

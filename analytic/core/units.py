@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import sys
 from collections.abc import Mapping
 
@@ -18,8 +19,10 @@ from .quantity import DIMENSIONLESS, Quantity, Unit
 from .registry import registry, use_registry
 from .unit_table import DimensionalityError, UndefinedUnit
 
-__all__ = ["DIMENSIONLESS", "DimensionalityError", "Q", "Quantity", "Shown", "ShownMapping", "UndefinedUnit", "Unit", "as_data", "as_unit",
-           "data", "is_count", "is_quantity", "is_unit", "registry", "shown", "strip_counts", "takes_bare_number", "use_registry"]
+__all__ = ["DIMENSIONLESS", "DimensionalityError", "Q", "Quantity", "Shown", "ShownMapping",
+           "UndefinedUnit", "Unit", "as_data", "as_unit", "data", "is_count", "is_quantity",
+           "is_unit", "readable", "registry", "shown", "strip_counts", "takes_bare_number",
+           "use_registry"]
 
 
 def __getattr__(name):
@@ -51,6 +54,28 @@ def shown(x):
     if _AS_DATA.get() or not isinstance(x, (Unit, Quantity)):
         return x
     return x.pint()
+
+
+#: the unit a person reads a plan's quantity in, by its kind (computed in bytes and FLOPs)
+READABLE = {"byte": "GB", "byte / second": "GB/s", "FLOP / second": "TFLOP/s"}
+
+
+def readable(x):
+    """A plan's quantity as the library gives it (:func:`shown`), in the unit of :data:`READABLE` a
+    person reads its kind in (GB, GB/s, TFLOP/s); within :func:`as_data`, or any other value, as it
+    is."""
+    if _AS_DATA.get() or not is_quantity(x):
+        return x
+    x = data(x)
+    unit = _readable_unit(x.units)
+    return shown(x if unit is None else x.to(unit))
+
+
+@functools.lru_cache(maxsize=256)
+def _readable_unit(unit: Unit) -> Unit | None:
+    dims = unit.dimensionality
+    return next((Unit.of(person) for kind, person in READABLE.items()
+                 if Unit.of(kind).dimensionality == dims), None)
 
 
 def Q(magnitude, unit=DIMENSIONLESS):

@@ -22,7 +22,7 @@ from ..core import held
 from ..core.choices import AXES, CONVENTIONS, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
 from ..core.errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..core.symbols import info
-from ..core.units import Q, Quantity, shown
+from ..core.units import Quantity, readable
 from ..core.values import choice, count, exact, flag, fraction, is_number, is_sympy
 from ..presets.hardware import Hardware
 from ..presets.model import Model
@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Memory:
-    """Memory per GPU on one pipeline stage (``stage``), or on the worst one, at its peak; the parts
-    (choices.MEMORY_PARTS) sum to ``total``. Where the optimizer step is the peak, ``optimizer_step``
-    holds its temporaries and the activations and gathered copies are 0."""
+    """Memory per GPU on one pipeline stage (``stage``), or on the worst one, at its peak, in GB;
+    the parts (choices.MEMORY_PARTS) sum to ``total``. Where the optimizer step is the peak,
+    ``optimizer_step`` holds its temporaries and the activations and gathered copies are 0."""
 
     weights: Quantity
     gradients: Quantity
@@ -56,9 +56,10 @@ class Memory:
     host: Quantity = Quantity(0, "byte")  # offloaded activations and optimizer in host memory (any stage's most)
     outside: Quantity = Quantity(0, "byte")  # the least measured outside the allocator: the count must leave it
 
-    def __post_init__(self):  # the defaults, as the library gives quantities
+    def __post_init__(self):  # the defaults, as the library gives a plan's quantities
         for k in ("optimizer_step", "host", "outside"):
-            object.__setattr__(self, k, shown(self.__dict__[k]))
+            if isinstance(self.__dict__[k], Quantity):
+                object.__setattr__(self, k, readable(self.__dict__[k]))
 
     @property
     def fits(self) -> bool:
@@ -69,8 +70,8 @@ class Memory:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def __repr__(self) -> str:
-        """The parts in GB, as the command line and the docs show them (the fields hold bytes); a
-        part that is zero left out, but for the weights and gradients."""
+        """The parts in GB, as the command line and the docs show them; a part that is zero left
+        out, but for the weights and gradients."""
         def gb(name) -> str:
             return f"{name} {float(getattr(self, name).to('GB').magnitude):.4g} GB"
         where = "the fullest stage" if self.stage is None else f"stage {self.stage}"
@@ -173,7 +174,7 @@ class Plan:
         of the plan's structure where they give it, else from its expression (which also says what is
         missing)."""
         q = self._numbers.quantity(name)
-        return q if q is not None else self.expr(name).value()
+        return readable(q if q is not None else self.expr(name).value())
 
     @cached_property
     def _comm(self) -> dict:
@@ -279,13 +280,13 @@ class Plan:
     def memory_peak(self, stage: int | None = None) -> Quantity:
         """Peak memory per GPU the allocator reserves (``memory.allocator_peak``): :meth:`memory`'s total
         (the fullest stage, or ``stage``) times the reserve fitted for the stack's allocator."""
-        return verdict.allocator_peak(self, stage)
+        return readable(verdict.allocator_peak(self, stage))
 
     def memory_outside(self) -> Quantity:
         """Device memory a process holds outside the stack's allocator (the driver's reservation, the CUDA
         context, NCCL's buffers): the mean of the snapshots of validation/outside.toml (calibration.toml
         [memory]); ``memory().outside`` is the least of them. ``Plan(..., outside_bytes=)`` replaces both."""
-        return verdict.outside(self)
+        return readable(verdict.outside(self))
 
     def memory_verdict(self, stage: int | None = None) -> str:
         """Whether the stage (default the fullest) fits, one of :data:`~analytic.core.choices.MEMORY_VERDICTS`:
@@ -299,7 +300,7 @@ class Plan:
     def memory_interval(self, stage: int | None = None) -> tuple[Quantity, Quantity]:
         """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak of
         the validation runs, each predicted with its source left out of the reserve's fit."""
-        return verdict.interval(self, stage)
+        return tuple(readable(q) for q in verdict.interval(self, stage))
 
     def time_breakdown(self, ops: bool = False) -> dict:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
@@ -356,8 +357,9 @@ class Plan:
             if worst >= self._numeric_pp():
                 raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.layout.pp}), got {stage}")
             parts = self._stage_values(worst)
-        return Memory(**parts, hbm=Q(float(self._in.given_number("hbm")), "byte"),
-                      outside=Q(float(self._in.given_number("outside_bytes")), "byte"),
+        hbm, outside = (readable(Quantity(float(self._in.given_number(k)), "byte"))
+                        for k in ("hbm", "outside_bytes"))
+        return Memory(**parts, hbm=hbm, outside=outside,
                       logits=self.value("memory.logits"), loss=self.value("memory.loss"), stage=worst)
 
     def memory_by_stage(self) -> list[Memory]:
@@ -393,7 +395,9 @@ class Plan:
     def _stage_values(self, k: int) -> dict:
         """Stage ``k``'s memory parts and total: from the programs, or from their expressions."""
         parts = self._numbers.stage(k)
-        return parts if parts is not None else {name: f.value() for name, f in self._stage(k).items()}
+        if parts is None:
+            parts = {name: f.value() for name, f in self._stage(k).items()}
+        return {name: readable(q) for name, q in parts.items()}
 
     def _stage_total(self, k: int) -> float:
         """Bytes per GPU on stage ``k``."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core import cache
-from ..core.units import Q, Unit
+from ..core.units import Quantity, Unit
 from .inputs import Inputs
 from .structure import STAGE, numbers, structure
 
@@ -156,9 +156,9 @@ class Numbers:
         return name in self._quantities
 
     def quantity(self, name: str):
-        """Plan quantity ``name`` as a Quantity, or None."""
+        """Plan quantity ``name`` as the library's Quantity (in the unit it is computed in), or None."""
         hit = self._quantities.get(name)
-        return None if hit is None else Q(hit[0], Unit.of(hit[1]))
+        return None if hit is None else Quantity(hit[0], Unit.of(hit[1]))
 
     def count(self, name: str) -> int | None:
         """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then say)."""
@@ -193,7 +193,9 @@ class Numbers:
     def stage(self, k: int) -> dict | None:
         """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all have numbers."""
         hits = self._stage(k)
-        return None if hits is None else {name: Q(v, Unit.of(u)) for name, (v, u) in hits.items()}
+        if hits is None:
+            return None
+        return {name: Quantity(v, Unit.of(u)) for name, (v, u) in hits.items()}
 
     def stage_total(self, k: int) -> float | None:
         """Bytes per GPU on pipeline stage ``k``, or None."""
