@@ -1028,6 +1028,53 @@ def test_step_names_its_stack_and_the_step_every_other_stack_of_the_platform_pre
     assert f"{min(others.values()):.3g} s" in first[1] and f"{max(others.values()):.3g} s" in first[1]
 
 
+def test_search_gives_the_step_every_other_stack_predicts_for_its_first_layout(capsys):
+    """search names its stack and, for its first layout, the step each other stack of the platform
+    predicts, as a plan of that layout on that stack gives it."""
+    flags = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "8192",
+             "--batch-tokens", "4Mi", "--top", "1"]
+    assert main(["search", *flags, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best, others = out["ranked"][0], out["other_stacks_s"]
+    lay = an.Layout(tp=best["tp"], pp=best["pp"], dp=best["dp"], cp=best["cp"], zero=best["zero"],
+                    recompute=best["recompute"], schedule=best["schedule"],
+                    sequence_parallel=best["sequence_parallel"])
+    assert "megatron-core" not in others and "neuronx-distributed" not in others
+    for name in ("torchtitan-2025", "deepspeed"):
+        plan = an.Plan("llama3-8b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
+                       microbatch_size=best["microbatch_size"], stack=name)
+        assert others[name] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
+    assert main(["search", *flags]) == 0
+    head = capsys.readouterr().out.splitlines()[:2]
+    assert head[0].startswith("stack megatron-core (")
+    low, high = min(others, key=others.get), max(others, key=others.get)
+    assert head[1] == (f"on the other {len(others)} stacks of cuda that run layout #1: "
+                       f"{others[low]:.3g} s ({low}) to {others[high]:.3g} s ({high}), "
+                       f"against {best['step_time_s']:.3g} s here")
+
+
+def test_codesign_gives_the_step_other_stacks_predict_for_its_first_points_fastest_layout(capsys):
+    """codesign's second line sets the first point's fastest layout of the first model on the other
+    stacks of the platform; its step here is the sweep's first row's, and one other stack's as a
+    plan of that layout on that stack (and that point's HBM) gives it."""
+    flags = ["codesign", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64",
+             "--seq", "8192", "--batch-tokens", "4Mi", "--vary", "hbm=80GB,141GB",
+             "--scheduler", "synchronous"]
+    assert main([*flags, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["rows"][0]
+    assert main(flags) == 0
+    line = entries(capsys.readouterr().out)[1]
+    assert line.startswith("on the other ")
+    assert "the fastest layout of llama3-8b at point 0: " in line
+    assert line.endswith(f"against {first['step_time [s]']:.3g} s here")
+    lay = an.Layout(tp=first["tp"], pp=first["pp"], dp=first["dp"], cp=first["cp"],
+                    zero=first["zero"], recompute=first["recompute"], schedule=first["schedule"])
+    hw = an.hardware("h100-sxm").replace(hbm="80 GB")
+    torchtitan = an.Plan("llama3-8b", hw, lay, seq_len=8192, batch_tokens="4Mi",
+                         microbatch_size=first["microbatch_size"], stack="torchtitan")
+    assert f"{torchtitan.step_time().to('s').magnitude:.3g} s (torchtitan)" in line
+
+
 def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(capsys):
     """search --tokens: each row's days are its plan's steps for those tokens times its step; codesign pins
     degrees and choices as search does, and its rows are the API's with the same pins."""

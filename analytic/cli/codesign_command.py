@@ -74,6 +74,9 @@ def cmd_codesign(args) -> int:
         return 0
     from .stack_spread import stack_text
     print(stack_text(frame.attrs["stack"]) + " (--stack counts the layouts on another)")
+    from .commands import _wrapped
+    base = hardware.replace(**overrides) if overrides else hardware
+    print(_wrapped(_spread_text(args, models[0], base, vary, frame.attrs)))
     for note in frame.attrs["notes"]:
         print(f"note: {note}")
     print(f"{len(frame.drop_duplicates(['point'])):,} hardware points × {frame['model'].nunique()} models: "
@@ -81,3 +84,21 @@ def cmd_codesign(args) -> int:
           f"{frame.attrs['objective']}" + (f", written to {args.out}" if args.out else ""))
     print(frame.to_string(index=False, na_rep="—", float_format=lambda v: f"{v:.4g}"))
     return 0
+
+
+def _spread_text(args, model, hardware, vary: dict, attrs: dict) -> str:
+    """The step the other stacks of the platform predict for ``model``'s fastest layout at the
+    sweep's first point (a search of that point alone), as one line."""
+    from ..presets import as_model
+    from ..search.codesign import points
+    from ..search.layouts import search
+    from .stack_spread import plan_of_row, spread, spread_line
+    kw = search_keywords(args)
+    model, (_, hw) = as_model(model), points(hardware, vary, kw.get("dtype", "bf16"))[0]
+    res = search(model, hw, gpus=count_flag(args.gpus, "gpus"), seq_len=attrs["seq_len"],
+                 global_batch=attrs["global_batch"], top=1, progress=False, **kw)
+    what = f"the fastest layout of {model.name} at point 0"
+    if not res.ranked:
+        return f"no layout of {model.name} fits at point 0: no other stack to set beside it"
+    others = spread(plan_of_row(res.best, model, hw, attrs["seq_len"], attrs["global_batch"], kw))
+    return spread_line(hw, res.best.step_time, others, what)

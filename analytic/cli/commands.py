@@ -99,7 +99,8 @@ def _stack_said(plan) -> tuple[list[str], dict]:
     except AnalyticError:  # a link without a bandwidth: no step to set beside the others
         return [calibration_text(plan)], {"stack": plan.stack}
     others = spread(plan)
-    return [calibration_text(plan), spread_line(plan, step, others)], {"stack": plan.stack, "other_stacks_s": others}
+    return ([calibration_text(plan), spread_line(plan.hardware, step, others)],
+            {"stack": plan.stack, "other_stacks_s": others})
 
 
 def cmd_memory(args) -> int:
@@ -358,11 +359,14 @@ def cmd_search(args) -> int:
         raise CLIError(f"search: no valid layout of {sizes} GPUs for {model.name} with {gb:,} sequences (each "
                        "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
     from .fitting import closest_line
-    closest = None if res.ranked else closest_line(res, lambda r: r.plan(
-        model, hw, seq_len=seq, global_batch=gb, **{k: v for k, v in kw.items() if k in ("dtype", "outside_bytes")}))
+    from .stack_spread import plan_of_row, spread
+    plan_of = lambda r: plan_of_row(r, model, hw, seq, gb, kw)  # noqa: E731
+    closest = None if res.ranked else closest_line(res, plan_of)
+    others = spread(plan_of(res.best)) if res.ranked else {}
     if args.json:
         print(json_text({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "objective": res.objective, "stack": res.stack, "notes": [note] if note else [],
+                          "other_stacks_s": others,
                           "ranked": [r.as_dict() | ({} if steps is None else {"days": r.step_time * steps / 86400})
                                      for r in res.ranked], "closest": closest and closest[1]}))
         return 0
@@ -371,8 +375,10 @@ def cmd_search(args) -> int:
     stack = [text for on, text in ((res.async_tp, "async TP wherever tp > 1"),
                                    (res.comm_sms, f"{res.comm_sms} SMs reserved for communication"),
                                    (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
-    from .stack_spread import stack_text
+    from .stack_spread import spread_line, stack_text
     print("; ".join([stack_text(res.stack), *stack]) + " (--stack counts the layouts on another)")
+    if res.ranked:
+        print(_wrapped(spread_line(hw, res.best.step_time, others, "layout #1")))
     beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
     kept = "fit at their predicted peak or at the allocator's limit" if args.at_limit else "fit at their predicted peak"
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} {kept} in {hw.hbm.to('GB'):.4g~P}{beside}; search took "

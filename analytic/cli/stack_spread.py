@@ -41,10 +41,19 @@ def spread(plan) -> dict[str, float]:
     return out
 
 
-def spread_line(plan, step_s: float, others: dict[str, float]) -> str:
-    """The spread as one line: the lowest and highest other stack against this one."""
+def plan_of_row(ranked, model, hardware, seq_len: int, global_batch: int, search_kw: dict):
+    """The Plan of a search's row, with the search's dtype and memory outside the allocator."""
+    given = {k: v for k, v in search_kw.items() if k in ("dtype", "outside_bytes")}
+    return ranked.plan(model, hardware, seq_len=seq_len, global_batch=global_batch, **given)
+
+
+def spread_line(hardware, step_s: float, others: dict[str, float],
+                what: str = "this layout") -> str:
+    """The spread (:func:`spread`) of ``what`` as one line: the lowest and highest other stack
+    against this one."""
+    platform = hardware.platform
     if not others:
-        return f"no other stack of {plan.hardware.platform} runs this layout"
+        return f"no other stack of {platform} runs {what}"
     low, high = min(others, key=others.get), max(others, key=others.get)
-    return (f"on the other {len(others)} stacks of {plan.hardware.platform} that run this layout: "
+    return (f"on the other {len(others)} stacks of {platform} that run {what}: "
             f"{others[low]:.3g} s ({low}) to {others[high]:.3g} s ({high}), against {step_s:.3g} s here")
