@@ -8,9 +8,10 @@ Dask: a local cluster of two worker processes, one thread each (``codesign.local
 without a scheduler starts), and a Client on it held across the sweeps, as a Dask user holds one,
 both started before the clock (their start is printed apart). Before either is
 timed, each runs the sweep's first point once (a sweep's structures are built once, and a long-lived
-cluster's workers have read them). Each sweep is timed REPEATS times each way and the medians
-compared (a sweep of a second varies by a tenth from run to run). Target: Dask's layouts/s per core
-≥ 80 % of in-process for both.
+cluster's workers have read them). Each sweep is timed REPEATS times each way, in turn (in-process,
+then on Dask, and again), so that a drift of the machine's speed reaches both alike, and the medians
+compared (a sweep of a second varies by a third from run to run on a shared machine). Target:
+Dask's layouts/s per core ≥ 80 % of in-process for both.
 
 Run: python benchmarks/bench_codesign.py
 """
@@ -36,14 +37,11 @@ SWEEPS = {
 REPEATS = 3
 
 
-def _timed(models, gpus, kw, vary, scheduler, repeats: int = REPEATS):
-    """The sweep's frame and the median of ``repeats`` timings."""
-    seconds = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        frame = an.codesign(models, "h100-sxm", gpus, vary=vary, scheduler=scheduler, **kw)
-        seconds.append(time.perf_counter() - t0)
-    return frame, statistics.median(seconds)
+def _timed(models, gpus, kw, vary, scheduler):
+    """The sweep's frame and the seconds it took."""
+    t0 = time.perf_counter()
+    frame = an.codesign(models, "h100-sxm", gpus, vary=vary, scheduler=scheduler, **kw)
+    return frame, time.perf_counter() - t0
 
 
 def main():
@@ -54,21 +52,26 @@ def main():
     for name, (models, gpus, kw, vary) in SWEEPS.items():
         first = {k: grid(k, v)[:1] for k, v in vary.items()}
         an.codesign(models, "h100-sxm", gpus, vary=first, scheduler="synchronous", **kw)  # programs built
-        local, t_local = _timed(models, gpus, kw, vary, "synchronous")
         t0 = time.perf_counter()
         with local_cluster(2) as cluster, Client(cluster) as client:
             started = time.perf_counter() - t0
-            # the workers warmed as this process was
-            _timed(models, gpus, kw, first, client, 1)
-            on_dask, t_dask = _timed(models, gpus, kw, vary, client)
+            _timed(models, gpus, kw, first, client)  # the workers warmed as this process was
+            local_times, dask_times = [], []
+            for _ in range(REPEATS):
+                local, seconds = _timed(models, gpus, kw, vary, "synchronous")
+                local_times.append(seconds)
+                on_dask, seconds = _timed(models, gpus, kw, vary, client)
+                dask_times.append(seconds)
         assert local.equals(on_dask)
+        t_local, t_dask = statistics.median(local_times), statistics.median(dask_times)
         n = local.attrs["layouts_evaluated"]
         per_core_local, per_core_dask = n / t_local, n / t_dask / 2
         print(f"{name} sweep: {local['point'].nunique()} hardware points × {len(models)} models, "
               f"{n:,} layouts")
         print(f"  in-process: {t_local:.2f} s (median of {REPEATS}), "
               f"{per_core_local:,.0f} layouts/s on one core")
-        print(f"  2-worker local cluster (started in {started:.1f} s): {t_dask:.2f} s, "
+        print(f"  2-worker local cluster (started in {started:.1f} s): {t_dask:.2f} s (median of "
+              f"{REPEATS}, each after an in-process run), "
               f"{per_core_dask:,.0f} layouts/s per core = {per_core_dask / per_core_local:.0%} of "
               "in-process (target >= 80%)")
 

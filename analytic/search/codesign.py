@@ -229,15 +229,29 @@ def _timed(model, hardware_points, *job) -> tuple:
     return out, time.perf_counter() - start
 
 
-def _first_points(models, indexed, job, client, workers: int) -> tuple[list, float, int]:
-    """The first k points of each model, a task each on the cluster (k·models ≥ workers: every
-    worker busy), timed where they ran: each model's results, the mean seconds of a point (what
-    sizes the other tasks) and k."""
+def _on_cluster(models, indexed, job, client, workers: int) -> list:
+    """Each model's results on the cluster, in point order: the first k points of each model a task
+    each (k·models ≥ workers: every worker busy), timed where they ran; the first of them to finish
+    sizes the tasks of the other points, which are sent at once, while the rest of the first run."""
+    from distributed import as_completed
     k = min(len(indexed), -(-workers // len(models)))
-    timed = _run([(_timed, (m, indexed[j:j + 1], *job)) for m in models for j in range(k)], client)
-    per_point = sum(seconds for _, seconds in timed) / len(timed)
-    done = [[r for r, _ in timed[i * k:(i + 1) * k]] for i in range(len(models))]
-    return done, per_point, k
+    sent = []
+
+    def send(tasks):
+        sent.extend(client.compute(_delayed(tasks)))
+
+    def sized():
+        send([(_timed, (m, indexed[j:j + 1], *job)) for m in models for j in range(k)])
+        per_point = next(as_completed(sent)).result()[1]
+        cut = _bounds(len(indexed) - k, None, workers, per_point)
+        send([(_chunk, (m, indexed[k + lo:k + hi], *job))
+              for m in models for lo, hi in zip(cut, cut[1:])])
+        return len(cut) - 1
+
+    n, got = _gathered(client, sent, sized)  # n tasks a model after its first points
+    first, later = [r for r, _ in got[:k * len(models)]], got[k * len(models):]
+    return [r for i in range(len(models))
+            for r in [*first[i * k:(i + 1) * k], *later[i * n:(i + 1) * n]]]
 
 
 def local_cluster(workers: int):
@@ -347,22 +361,34 @@ def _client(scheduler):
             cluster.close()
 
 
-def _run(tasks: list, client):
-    """The results of ``tasks`` ((function, args) pairs) on ``client`` (None: in this process), in order."""
+def _delayed(tasks: list) -> list:
     import dask
+    return [dask.delayed(fn, pure=False)(*args) for fn, args in tasks]
 
-    from ..core.progress import is_shown, steps
-    delayed = [dask.delayed(fn, pure=False)(*args) for fn, args in tasks]
+
+def _run(tasks: list, client):
+    """The results of ``tasks`` ((function, args) pairs) on ``client`` (None: in this process), in
+    order."""
+    from ..core.progress import steps
+    delayed = _delayed(tasks)
     if client is None:  # one task after the other, as the synchronous scheduler runs them
         return [d.compute(scheduler="synchronous") for d in steps(delayed, desc="co-design", unit="task")]
+    sent = []
+    return _gathered(client, sent, lambda: sent.extend(client.compute(delayed)))[1]
+
+
+def _gathered(client, futures: list, send) -> tuple:
+    """``send()``'s value and the results of the ``futures`` it sends (in order), the library's bar
+    beside them (Dask's is 40 columns and its text); every one cancelled on an interrupt."""
     from distributed import as_completed
-    futures = []
+
+    from ..core.progress import is_shown, steps
     try:
-        futures = client.compute(delayed)
-        if is_shown():  # the library's bar, which fits the terminal (Dask's is 40 columns and its text)
+        out = send()
+        if is_shown():
             for _ in steps(as_completed(futures), desc="co-design", total=len(futures), unit="task"):
                 pass
-        return client.gather(futures)
+        return out, client.gather(futures)
     except KeyboardInterrupt:
         client.cancel(futures)
         raise
@@ -412,13 +438,12 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
             client.run(_prepare, *work)
         workers = 1 if client is None else max(1, sum(client.nthreads().values()))
         job = (gpus, seq_len, global_batch, objective, keep, search_kw)
-        done, per_point, k = ([[] for _ in models], 0.0, 0) if size is not None or workers == 1 \
-            else _first_points(models, indexed, job, client, workers)
-        rest = indexed[k:]
-        cut = _bounds(len(rest), size, workers, per_point)
-        tasks = [(_chunk, (m, rest[lo:hi], *job)) for m in models for lo, hi in zip(cut, cut[1:])]
-        ran, n = _run(tasks, client), len(cut) - 1  # n tasks a model
-        results = [r for i in range(len(models)) for r in [*done[i], *ran[i * n:(i + 1) * n]]]
+        if client is not None and size is None and workers > 1:
+            results = _on_cluster(models, indexed, job, client, workers)
+        else:
+            cut = _bounds(len(indexed), size, workers, 0.0)
+            results = _run([(_chunk, (m, indexed[lo:hi], *job))
+                            for m in models for lo, hi in zip(cut, cut[1:])], client)
         seconds = time.perf_counter() - start
     frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
                    objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
