@@ -215,3 +215,15 @@ def test_an_input_in_another_unit_converts_exactly():
     assert plan.overrides == {"interruption_rate": Fraction(1, 86400), "scale_out_bandwidth": 5 * 10**10,
                               "hbm": 80 * 2**30}
     assert Unit.of("1/day").exact_factor("1/hour") == Fraction(1, 24)
+
+
+def test_equal_units_hash_alike_and_a_units_text_is_not_a_unit():
+    """Units are equal where their names and powers are, the library's and pint's alike, and equal
+    units share a hash (a set or a dict holds one); a unit's text ("GB", "gigabyte": two texts of
+    one unit, whose hashes differ) equals no unit, as ``Unit.of`` reads it into one."""
+    gb, gigabyte = Unit.of("GB"), Unit.of("gigabyte")
+    assert gb == gigabyte and hash(gb) == hash(gigabyte) and len({gb, gigabyte}) == 1
+    for text in ("GB", "byte/s", "FLOP/s", "GiB", "token/s"):
+        ours = Unit.of(text)
+        assert ours == ours.pint() and hash(ours) == hash(ours.pint())
+    assert gb != "GB" and gb != "gigabyte" and Unit.of("GB") != Unit.of("GiB")

@@ -106,13 +106,15 @@ class Unit(str):
         return Unit(tuple((k, v * n) for k, v in self.items if v * n != 0))
 
     def __eq__(self, other):
+        """Equal to a unit (the library's or pint's) of the same names and powers, never to text
+        (``Unit.of`` reads a unit's text): "GB" and "gigabyte" name one unit and cannot share its
+        hash."""
         if isinstance(other, Unit):
             return dict(self.items) == dict(other.items)
+        if isinstance(other, str):
+            return False
         if _is_unit(other):
-            try:
-                return dict(self.items) == dict(Unit.of(other).items)
-            except table.UnitError:
-                return False
+            return dict(self.items) == dict(Unit.of(other).items)
         return NotImplemented
 
     def __ne__(self, other):
