@@ -21,6 +21,7 @@ _LOCK = threading.RLock()
 _CHOSEN: list = []  # the registry handed to use_registry, once one is
 _DEFINED: weakref.WeakSet = weakref.WeakSet()  # registries the library's units were defined into
 _NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → {units.txt name: its name}
+_UNITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → {items: its Unit}
 
 
 def use_registry(ureg=None):
@@ -49,7 +50,7 @@ def registry():
                 _define(real)
                 _count_context(real)
                 _DEFINED.add(real)
-                _NAMES[real] = {}
+                _NAMES[real], _UNITS[real] = {}, {}
     return ureg
 
 
@@ -57,12 +58,16 @@ def pint_units(items: tuple):
     """A container of units.txt's canonical names as the registry in use's unit (its names: "bps" is
     pint's "baud")."""
     from pint.util import UnitsContainer
-    ureg = registry()
-    names = _NAMES[_real(ureg)]
-    for k, _ in items:
-        if k not in names:
-            names[k] = _real(ureg).get_name(k)
-    return ureg.Unit(UnitsContainer({names[k]: v for k, v in items}))
+    real = _real(registry())
+    made = _UNITS[real]
+    unit = made.get(items)
+    if unit is None:
+        names = _NAMES[real]
+        for k, _ in items:
+            if k not in names:
+                names[k] = real.get_name(k)
+        unit = made[items] = real.Unit(UnitsContainer({names[k]: v for k, v in items}))
+    return unit
 
 
 #: the pint context in which tokens and parameters are plain counts: ``rate.to("1/s", "counts")``
