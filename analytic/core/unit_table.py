@@ -59,6 +59,40 @@ def _tokens(text: str) -> list:
     return out
 
 
+#: a unit's name as a user or the cache writes one: letters (µ, °, _ among them), or %
+_NAME = re.compile(r"[A-Za-z_µμ°][A-Za-z_µμ]*|%")
+
+
+def plain(text: str, one_name: bool = False) -> bool:
+    """Whether ``text`` is a unit as the library reads one from a user or its cache: names joined by
+    ``*``, ``/`` or ``·``, each with at most a power of one digit (``**`` or ``^``, maybe negative),
+    opened by ``/`` or ``1/`` for a unit per another ("/hour"); ``one_name``: one name and its
+    power."""
+    try:
+        tokens = _tokens(text)
+    except UnitError:
+        return False
+    if tokens[:2] == [("n", 1), ("o", "/")]:
+        tokens = tokens[1:]
+    if tokens[:1] == [("o", "/")]:
+        tokens = tokens[1:]
+    i = 0
+    while True:
+        if i >= len(tokens) or tokens[i][0] != "u" or not _NAME.fullmatch(tokens[i][1]):
+            return False
+        i += 1
+        if tokens[i:i + 1] == [("o", "**")]:
+            kind, power = tokens[i + 1] if i + 1 < len(tokens) else ("", None)
+            if kind != "n" or type(power) is not int or not -9 <= power <= 9:
+                return False
+            i += 2
+        if i == len(tokens):
+            return True
+        if one_name or tokens[i] not in (("o", "*"), ("o", "/")):
+            return False
+        i += 1
+
+
 def times(a: tuple, b: tuple, sign: int = 1) -> tuple:
     """The container ``a · b`` (``a / b`` with ``sign`` -1), as pint's UnitsContainer makes it."""
     out = dict(a)

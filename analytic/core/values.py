@@ -28,6 +28,7 @@ import sys
 from decimal import Decimal
 from fractions import Fraction
 
+from . import unit_table
 from .counts import MAX_COUNT, MAX_TEXT, show, step_tokens, suffixed_count, whole
 from .errors import InputError, UnitError, shown
 from .terms import Term
@@ -93,12 +94,11 @@ _ADMITS = {"count": lambda v: is_integral(v) and 1 <= v <= MAX_COUNT,
            "one_or_more": lambda v: v >= 1}
 
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-_NAME = r"(?:[A-Za-z_µμ°][A-Za-z_µμ]*|%)"
-_FACTOR = rf"{_NAME}(?:\s*(?:\*\*|\^)\s*-?[0-9])?"
-_UNIT = rf"(?:1?\s*/\s*)?{_FACTOR}(?:\s*[*/·]\s*{_FACTOR})*"
-_QUANTITY = re.compile(rf"\s*({_NUMBER})\s*({_UNIT})?\s*")
+#: a number and what follows it (a unit where :func:`unit_table.plain` says so)
+_QUANTITY = re.compile(rf"\s*({_NUMBER})\s*(.*?)\s*", re.DOTALL)
 #: one over a quantity of one unit, as a rate is written: "1/(50000 hour)"
-_PER = re.compile(rf"\s*({_NUMBER})\s*/\s*\(\s*({_NUMBER})\s*({_FACTOR})\s*\)\s*")
+_PER = re.compile(rf"\s*({_NUMBER})\s*/\s*\(\s*({_NUMBER})\s*([^()]*?)\s*\)\s*", re.DOTALL)
+
 
 
 def _text(keyword: str, text: str) -> str:
@@ -112,13 +112,14 @@ def parse_quantity(keyword: str, text: str):
     """``text`` as ``(Fraction, unit string or None)``: one number, then at most one unit; or one over a
     quantity of one unit, ``"1/(50000 hour)"``."""
     per = _PER.fullmatch(_text(keyword, text))
-    if per and Fraction(per.group(2)):  # N/(M unit): N/M per unit
+    # N/(M unit): N/M per unit
+    if per and unit_table.plain(per.group(3), one_name=True) and Fraction(per.group(2)):
         number, unit = Fraction(per.group(1)) / Fraction(per.group(2)), f"/{per.group(3)}"
         if number and not 1e-307 < abs(number) < 1e308:
             raise InputError(f"{keyword}: {text!r} is outside the magnitudes the library computes with")
         return number, unit
     m = _QUANTITY.fullmatch(_text(keyword, text))
-    if not m:
+    if not m or m.group(2) and not unit_table.plain(m.group(2)):
         raise UnitError(f"{keyword}: cannot read {text!r} as one number with one unit (e.g. '50 GB/s', '5 us', '405e9')")
     number = Fraction(m.group(1))
     if number and not 1e-307 < abs(number) < 1e308:  # beyond float64, before any unit conversion
@@ -130,7 +131,7 @@ def unit_of(keyword: str, text: str) -> Unit:
     """The unit named by ``text`` (names and ``* / **`` only; '' is dimensionless)."""
     if not text.strip():
         return DIMENSIONLESS
-    if len(text) > MAX_TEXT or not re.fullmatch(_UNIT, text.strip()):
+    if len(text) > MAX_TEXT or not unit_table.plain(text):
         raise UnitError(f"{keyword}: {text!r} is not a unit")
     try:
         text = text.strip().replace("·", "*")

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core import cache
+from ..core import cache, unit_table
 from ..core.units import Quantity, Unit
 from .inputs import Inputs
 from .structure import STAGE, numbers, structure
@@ -27,8 +26,6 @@ from .structure import STAGE, numbers, structure
 if TYPE_CHECKING:
     from ..core.numeric import Program
 
-#: a unit as the programs' data spells it (pint's long names, products, quotients, small powers)
-_UNIT = re.compile(r"[A-Za-z_]+( ?(\*\*|\*|/) ?([A-Za-z_]+|[0-9]))*|dimensionless")
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ class Part:
         if not (isinstance(outputs, list) and isinstance(units, list) and len(outputs) == len(units)
                 and all(isinstance(x, str) and len(x) < 200 for x in outputs + units)):
             raise ValueError("a part's outputs and units must be names")
-        if not all(_UNIT.fullmatch(u) for u in units):
+        if not all(unit_table.plain(u) for u in units):
             raise ValueError("a part's units must be unit names")
         if len(prog.outputs) != len(outputs) * (2 if flags else 1):
             raise ValueError("a part's program gives other outputs")
