@@ -100,7 +100,6 @@ _QUANTITY = re.compile(rf"\s*({_NUMBER})\s*(.*?)\s*", re.DOTALL)
 _PER = re.compile(rf"\s*({_NUMBER})\s*/\s*\(\s*({_NUMBER})\s*([^()]*?)\s*\)\s*", re.DOTALL)
 
 
-
 def _text(keyword: str, text: str) -> str:
     if len(text) > MAX_TEXT:
         raise UnitError(f"{keyword}: a value of {len(text):,} characters; expected one number and one unit "
