@@ -10,15 +10,37 @@ from ..core.terms import symbol
 CATALOGUE: dict[str, Formula] = {}
 
 
-def define(name, expr, unit, source, assumptions=(), description="", coefficient_unit="", keywords=(),
-           domain=(), caveats=()) -> Formula:
+def define(
+    name,
+    expr,
+    unit,
+    source,
+    assumptions=(),
+    description="",
+    coefficient_unit="",
+    keywords=(),
+    domain=(),
+    caveats=(),
+) -> Formula:
     """Declare a catalogue formula. ``domain``: (condition, why) pairs where it holds (beyond them
-    ``evaluate`` raises rather than return a number the formula does not mean, such as a negative time);
-    ``caveats``: (condition, why) pairs where its approximation is good (beyond them it warns)."""
+    ``evaluate`` raises rather than return a number the formula does not mean, such as a negative
+    time); ``caveats``: (condition, why) pairs where its approximation is good (beyond them it
+    warns)."""
     if name in CATALOGUE:
         raise ValueError(f"formula {name!r} declared twice")
-    f = Formula(name, expr, unit, source, tuple(assumptions), description, coefficient_unit, tuple(keywords),
-                tuple(domain), frozenset({name}), tuple(caveats))
+    f = Formula(
+        name,
+        expr,
+        unit,
+        source,
+        tuple(assumptions),
+        description,
+        coefficient_unit,
+        tuple(keywords),
+        tuple(domain),
+        frozenset({name}),
+        tuple(caveats),
+    )
     CATALOGUE[name] = f
     return f
 
