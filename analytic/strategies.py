@@ -21,7 +21,16 @@ from hypothesis.errors import InvalidArgument
 from .core.choices import default_stack
 from .core.errors import UnknownNameError
 from .core.units import Q
-from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, selective_refusal, sequence_unit, tiles
+from .plan import (
+    SCHEDULES,
+    ZERO3_GATHERS,
+    Layout,
+    Plan,
+    divisors,
+    selective_refusal,
+    sequence_unit,
+    tiles,
+)
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
@@ -82,35 +91,63 @@ def hardwares(*, names=None, with_scale_out: bool = False) -> st.SearchStrategy[
 def _layouts(draw, gpus, model, max_tp, schedules, scale_up_domain):
     gpus = gpus if gpus is not None else draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256]))
     heads = model.heads if model is not None else None
-    tps = [d for d in divisors(gpus) if d <= max_tp and tiles(d, scale_up_domain or d) and (heads is None or (
-        heads % d == 0 and (model.kv_heads % d == 0 or d % model.kv_heads == 0)))]
+    tps = [
+        d
+        for d in divisors(gpus)
+        if d <= max_tp
+        and tiles(d, scale_up_domain or d)
+        and (
+            heads is None
+            or (heads % d == 0 and (model.kv_heads % d == 0 or d % model.kv_heads == 0))
+        )
+    ]
     tp = draw(st.sampled_from(tps))
     rest = gpus // tp
     pps = [d for d in divisors(rest) if model is None or d <= model.layers]
     pp = draw(st.sampled_from(pps))
     dp = rest // pp
-    eps = [d for d in divisors(dp) if model is not None and model.is_moe and model.experts % d == 0] or [1]
+    eps = [
+        d for d in divisors(dp) if model is not None and model.is_moe and model.experts % d == 0
+    ] or [1]
     ep = draw(st.sampled_from(eps))
-    allowed = [s for s in schedules if (s != "dualpipe" or pp % 2 == 0) and (s != "interleaved" or pp > 1)]
+    allowed = [
+        s for s in schedules if (s != "dualpipe" or pp % 2 == 0) and (s != "interleaved" or pp > 1)
+    ]
     if not allowed:
         reject()  # no schedule asked for runs on this many stages
     schedule = draw(st.sampled_from(allowed))
     vpp = 1
-    if schedule == "interleaved":  # whole layers a model chunk, as Megatron's stacks (the default) split them
+    if (
+        schedule == "interleaved"
+    ):  # whole layers a model chunk, as Megatron's stacks (the default) split them
         vpps = [v for v in range(2, 5) if model is None or model.layers % (pp * v) == 0]
         if vpps:
             vpp = draw(st.sampled_from(vpps))
         else:
             schedule = "1f1b"
     zero = draw(st.integers(0, 3))
-    return Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, zero=zero,
-                  sequence_parallel=tp > 1 and draw(st.booleans()),
-                  recompute=draw(st.sampled_from(["none", "selective", "full"])), schedule=schedule,
-                  zero3_gather=draw(st.sampled_from(ZERO3_GATHERS)) if zero == 3 else "per-block")
+    return Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        ep=ep,
+        vpp=vpp,
+        zero=zero,
+        sequence_parallel=tp > 1 and draw(st.booleans()),
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        schedule=schedule,
+        zero3_gather=draw(st.sampled_from(ZERO3_GATHERS)) if zero == 3 else "per-block",
+    )
 
 
-def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp: int = 8,
-            schedules=SCHEDULES, scale_up_domain: int | None = None) -> st.SearchStrategy[Layout]:
+def layouts(
+    *,
+    gpus: int | None = None,
+    model: Model | str | None = None,
+    max_tp: int = 8,
+    schedules=SCHEDULES,
+    scale_up_domain: int | None = None,
+) -> st.SearchStrategy[Layout]:
     """Valid layouts whose degrees multiply to ``gpus``; with ``model``, TP divides the heads, PP
     does not exceed the layers and EP divides the experts; with ``scale_up_domain``, TP groups tile
     the domain (``analytic.plan.tiles``). (Microbatch divisibility depends on the batch:
@@ -123,7 +160,9 @@ def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp
         raise InvalidArgument(f"model={model!r} must be a Model or a preset name")
     bad = [s for s in schedules if s not in SCHEDULES]
     if bad or not schedules:
-        raise InvalidArgument(f"schedules={schedules!r}: expected a non-empty subset of {SCHEDULES}")
+        raise InvalidArgument(
+            f"schedules={schedules!r}: expected a non-empty subset of {SCHEDULES}"
+        )
     return _layouts(gpus, model, max_tp, tuple(schedules), scale_up_domain)
 
 
@@ -131,16 +170,21 @@ def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp
 def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
-    lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain))
-    # what the platform's stack runs (Plan's rules): selective recomputation where modelled, its highest ZeRO stage
+    lay = draw(
+        layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain)
+    )
+    # what the platform's stack runs (Plan's rules): selective recomputation where modelled, its
+    # highest ZeRO stage
     name = default_stack(hw.platform)
     props = _stack(name)
-    if lay.recompute == "selective" and selective_refusal(name, props.get("selective"), m, bool(props["attention"])):
+    if lay.recompute == "selective" and selective_refusal(
+        name, props.get("selective"), m, bool(props["attention"])
+    ):
         lay = lay.replace(recompute=draw(st.sampled_from(["none", "full"])))
     if lay.zero > props.get("max_zero", 3):
         lay = lay.replace(zero=draw(st.integers(0, props["max_zero"])), zero3_gather="per-block")
-    # each length made a multiple of what the layout splits it into (sequence_unit); none past a learned
-    # position table (check_sequence)
+    # each length made a multiple of what the layout splits it into (sequence_unit); none past a
+    # learned position table (check_sequence)
     unit = sequence_unit(lay.cp, lay.tp, lay.sequence_parallel)
     fitting = [s if s % unit == 0 else unit * s for s in seq_lens]
     fitting = [s for s in fitting if m.position != "learned" or s <= m.max_seq_len]
@@ -151,34 +195,55 @@ def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     per_replica = mult * draw(st.integers(1, microbatches))
     mb_size = draw(st.sampled_from([1, 2]))
     dtype = "bf16" if "bf16" in hw.peaks else next(iter(hw.peaks))
-    return Plan(m, hw, lay, seq_len=seq, global_batch=lay.dp * per_replica * mb_size, microbatch_size=mb_size,
-                dtype=dtype)
+    return Plan(
+        m,
+        hw,
+        lay,
+        seq_len=seq,
+        global_batch=lay.dp * per_replica * mb_size,
+        microbatch_size=mb_size,
+        dtype=dtype,
+    )
 
 
-def plans(*, model: Model | str | None = None, hardware: Hardware | str | None = None, gpus: int | None = None,
-          seq_lens=(1024, 2048, 4096, 8192), microbatches: int = 16) -> st.SearchStrategy[Plan]:
+def plans(
+    *,
+    model: Model | str | None = None,
+    hardware: Hardware | str | None = None,
+    gpus: int | None = None,
+    seq_lens=(1024, 2048, 4096, 8192),
+    microbatches: int = 16,
+) -> st.SearchStrategy[Plan]:
     """Valid plans: a layout of ``gpus`` for ``model`` on ``hardware`` with a batch that splits into
     the microbatches the schedule needs."""
     _check_positive_int("gpus", gpus)
     _check_positive_int("microbatches", microbatches, allow_none=False)
-    if not seq_lens or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in seq_lens):
+    if not seq_lens or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in seq_lens
+    ):
         raise InvalidArgument(f"seq_lens={seq_lens!r} must be positive integers")
     model, hardware = _preset("model", model, _model), _preset("hardware", hardware, _hardware)
     return _plans(model, hardware, gpus, tuple(seq_lens), microbatches)
 
 
-def collective_calls(*, min_ranks: int = 2, max_ranks: int = 1024, min_bytes: float = 1.0,
-                     max_bytes: float = 1e12) -> st.SearchStrategy[dict]:
-    """Keyword arguments for a collective formula: message, ranks, bandwidth, latency (Quantities)."""
+def collective_calls(
+    *, min_ranks: int = 2, max_ranks: int = 1024, min_bytes: float = 1.0, max_bytes: float = 1e12
+) -> st.SearchStrategy[dict]:
+    """Keyword arguments for a collective formula: message, ranks, bandwidth, latency
+    (Quantities)."""
     _check_positive_int("min_ranks", min_ranks, allow_none=False)
     _check_positive_int("max_ranks", max_ranks, allow_none=False)
     if min_ranks > max_ranks:
         raise InvalidArgument(f"min_ranks={min_ranks} exceeds max_ranks={max_ranks}")
     if not 0 < min_bytes <= max_bytes:
         raise InvalidArgument(f"need 0 < min_bytes <= max_bytes, got {min_bytes}, {max_bytes}")
-    return st.fixed_dictionaries({
-        "message": st.floats(min_bytes, max_bytes).map(lambda x: Q(x, "byte")),
-        "ranks": st.integers(min_ranks, max_ranks),
-        "bandwidth": st.floats(1e8, 1e13).map(lambda x: Q(x, "byte/s")),
-        "latency": st.floats(0, 1e-3).map(lambda x: Q(x if x >= 1e-15 else 0.0, "s")),  # no sub-femtosecond ones
-    })
+    return st.fixed_dictionaries(
+        {
+            "message": st.floats(min_bytes, max_bytes).map(lambda x: Q(x, "byte")),
+            "ranks": st.integers(min_ranks, max_ranks),
+            "bandwidth": st.floats(1e8, 1e13).map(lambda x: Q(x, "byte/s")),
+            "latency": (
+                st.floats(0, 1e-3).map(lambda x: Q(x if x >= 1e-15 else 0.0, "s"))
+            ),  # no sub-femtosecond ones
+        }
+    )

@@ -1,5 +1,5 @@
-"""The stack in plain sight: which software stack a plan is counted with, its fitted efficiency, and the
-step the other stacks of the same platform predict for the same layout."""
+"""The stack in plain sight: which software stack a plan is counted with, its fitted efficiency, and
+the step the other stacks of the same platform predict for the same layout."""
 
 from __future__ import annotations
 
@@ -18,18 +18,25 @@ def stack_text(name: str) -> str:
     """Stack ``name`` and its fitted efficiency with its standard error and what pins it (the fit's
     calibration file), or that no calibration file is found."""
     from ..presets import calibration
+
     try:
         cal = calibration(name)
     except AnalyticError:  # no calibration file
         return f"stack {name} ({stack(name)['name']}): no fitted efficiency found"
-    pinned = "pooled: no source of its family in the fit" if cal.pooled else f"fitted on the {cal.key} family"
-    return (f"stack {name} ({stack(name)['name']}): efficiency {cal.stack_efficiency:.3f} "
-            f"± {cal.standard_error:.3f}, {pinned}")
+    pinned = (
+        "pooled: no source of its family in the fit"
+        if cal.pooled
+        else f"fitted on the {cal.key} family"
+    )
+    return (
+        f"stack {name} ({stack(name)['name']}): efficiency {cal.stack_efficiency:.3f} "
+        f"± {cal.standard_error:.3f}, {pinned}"
+    )
 
 
 def spread(plan) -> dict[str, float]:
-    """Step time in seconds of the same plan on each other stack that runs on the hardware's platform and
-    runs this layout (those that refuse it left out)."""
+    """Step time in seconds of the same plan on each other stack that runs on the hardware's
+    platform and runs this layout (those that refuse it left out)."""
     out = {}
     for name in stacks():
         if name == plan.stack or plan.hardware.platform not in stack(name).get("platforms", ()):
@@ -47,13 +54,16 @@ def plan_of_row(ranked, model, hardware, seq_len: int, global_batch: int, search
     return ranked.plan(model, hardware, seq_len=seq_len, global_batch=global_batch, **given)
 
 
-def spread_line(hardware, step_s: float, others: dict[str, float],
-                what: str = "this layout") -> str:
+def spread_line(
+    hardware, step_s: float, others: dict[str, float], what: str = "this layout"
+) -> str:
     """The spread (:func:`spread`) of ``what`` as one line: the lowest and highest other stack
     against this one."""
     platform = hardware.platform
     if not others:
         return f"no other stack of {platform} runs {what}"
     low, high = min(others, key=others.get), max(others, key=others.get)
-    return (f"on the other {len(others)} stacks of {platform} that run {what}: "
-            f"{others[low]:.3g} s ({low}) to {others[high]:.3g} s ({high}), against {step_s:.3g} s here")
+    return (
+        f"on the other {len(others)} stacks of {platform} that run {what}: "
+        f"{others[low]:.3g} s ({low}) to {others[high]:.3g} s ({high}), against {step_s:.3g} s here"
+    )

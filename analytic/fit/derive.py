@@ -46,12 +46,18 @@ class Derivation:
         target = formula(catalogue_name).expr
         diff = sympy.simplify(sympy.expand(expr - target))
         if diff != 0:
-            raise AssertionError(f"{self.title}: derived {expr} differs from {catalogue_name} = {target} by {diff}")
+            raise AssertionError(
+                f"{self.title}: derived {expr} differs from {catalogue_name} = {target} by {diff}"
+            )
         self.checks.append((catalogue_name, expr))
-        self.steps.append(Step((text + " " if text else "") + f"(the catalogue's `{catalogue_name}`)", expr))
+        self.steps.append(
+            Step((text + " " if text else "") + f"(the catalogue's `{catalogue_name}`)", expr)
+        )
         return expr
 
-    def check_numeric(self, expr, catalogue_name: str, at: dict, rel: float = 1e-12, text: str = ""):
+    def check_numeric(
+        self, expr, catalogue_name: str, at: dict, rel: float = 1e-12, text: str = ""
+    ):
         """Assert agreement to ``rel`` at the point ``at`` (keyword → number), where the catalogue
         keeps a rounded constant (a fitted exponent's prefactor as a float)."""
         target = formula(catalogue_name).expr
@@ -60,8 +66,14 @@ class Derivation:
         if abs(a - b) > rel * abs(b):
             raise AssertionError(f"{self.title}: derived {a} differs from {catalogue_name} = {b}")
         self.checks.append((catalogue_name, expr))
-        self.steps.append(Step(text or f"This is the catalogue's `{catalogue_name}` (its constant rounded to 15 digits):",
-                               expr))
+        self.steps.append(
+            Step(
+                text
+                or f"This is the catalogue's `{catalogue_name}` (its constant rounded to 15"
+                " digits):",
+                expr,
+            )
+        )
         return expr
 
     def number(self, text: str, value, name: str = ""):
@@ -78,8 +90,11 @@ class Derivation:
             if s.expr is not None:
                 out += ["", f"$$ {sympy.latex(s.expr)} $$"]
             out.append("")
-        out.append("Checked against the catalogue: " + ", ".join(f"`{n}`" for n, _ in self.checks) + "."
-                   if self.checks else "")
+        out.append(
+            "Checked against the catalogue: " + ", ".join(f"`{n}`" for n, _ in self.checks) + "."
+            if self.checks
+            else ""
+        )
         return "\n".join(out).rstrip() + "\n"
 
     def text(self) -> str:
@@ -95,6 +110,7 @@ class Derivation:
 
 def _fmt(v) -> str:
     from ..core.units import is_quantity
+
     if is_quantity(v):
         return format(v, ".4g~P")
     if isinstance(v, float):
@@ -128,7 +144,9 @@ def load(name: str, where: Path | None = None) -> Derivation:
     where = where or folder()
     if name not in names(where):
         raise UnknownNameError("derivation", name, names(where))
-    spec = importlib.util.spec_from_file_location(f"analytic_derivations.{name}", where / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        f"analytic_derivations.{name}", where / f"{name}.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.derive()
@@ -146,8 +164,10 @@ def main(args) -> int:
         return 0
     if args.markdown:
         if where.parent == Path(__file__).resolve().parent.parent:
-            raise AnalyticError("derive --markdown: renders into a source checkout's derivations/, not into an "
-                                "installed package")
+            raise AnalyticError(
+                "derive --markdown: renders into a source checkout's derivations/, not into an "
+                "installed package"
+            )
         for n, text in render_all(where).items():
             write_text(where / f"{n}.md", text)
             print(f"wrote derivations/{n}.md")

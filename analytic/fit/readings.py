@@ -1,7 +1,8 @@
-"""A predicted case under each reading of a setting its source does not state (its interleaving depth,
-its FLOP convention, a peak known only within a range): the case's plan with the reading's changes,
-predicted with the shipped constants, and its step time's relative error. The case keeps the reading
-its assumptions give; REPORT.md shows the others beside it, never choosing one by its error."""
+"""A predicted case under each reading of a setting its source does not state (its interleaving
+depth, its FLOP convention, a peak known only within a range): the case's plan with the reading's
+changes, predicted with the shipped constants, and its step time's relative error. The case keeps
+the reading its assumptions give; REPORT.md shows the others beside it, never choosing one by its
+error."""
 
 from __future__ import annotations
 
@@ -28,10 +29,21 @@ def readings(case: dict, constants: dict, fitted: list) -> list[dict]:
     out = []
     for reading in case.get("reading", []):
         if not isinstance(reading, dict) or not isinstance(reading.get("name"), str):
-            raise InputError(f"case {case['id']}: a reading needs a name and may give plan and convention")
-        alt = calibration.Case(case["id"], merged(case["plan"], reading.get("plan", {})), case["metric"],
-                               reading.get("convention", case.get("convention", "6nd")),
-                               as_quantity("published", case["published"]), group=case["group"])
-        out.append({"reading": reading["name"],
-                    "error": calibration.step_error(alt, calibration.predict(alt, constants, fitted))})
+            raise InputError(
+                f"case {case['id']}: a reading needs a name and may give plan and convention"
+            )
+        alt = calibration.Case(
+            case["id"],
+            merged(case["plan"], reading.get("plan", {})),
+            case["metric"],
+            reading.get("convention", case.get("convention", "6nd")),
+            as_quantity("published", case["published"]),
+            group=case["group"],
+        )
+        out.append(
+            {
+                "reading": reading["name"],
+                "error": calibration.step_error(alt, calibration.predict(alt, constants, fitted)),
+            }
+        )
     return out

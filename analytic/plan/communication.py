@@ -43,13 +43,19 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
         bandwidth = inp.time_input(bw_key)
         if bw_key == "scale_up_bandwidth" and "scale_up_links" in inp.values:
             bandwidth = formula("collectives.mesh.scale_up_bandwidth").bind(
-                {"scale_up_bandwidth": bandwidth, "ranks": ranks, "scale_up_links": inp.values["scale_up_links"]})
+                {
+                    "scale_up_bandwidth": bandwidth,
+                    "ranks": ranks,
+                    "scale_up_links": inp.values["scale_up_links"],
+                }
+            )
         return bandwidth * inp.time_input(bw_key.replace("bandwidth", "efficiency"))
 
     def flat(bw_key):
         alpha = inp.time_input(bw_key.replace("bandwidth", "latency"))
         return formula(f"collectives.{kind}.time").bind(
-            {"message": message, "ranks": size, "bandwidth": at(bw_key, size), "latency": alpha})
+            {"message": message, "ranks": size, "bandwidth": at(bw_key, size), "latency": alpha}
+        )
 
     def spanning():  # the group spans domains: NCCL's rings over both links
         if kind == "broadcast":  # a point-to-point transfer between domains
@@ -57,11 +63,17 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
         per_node = _ranks_per_domain(size, g / stride_)
         shape = {"gpus_per_node": per_node, "nodes": size / per_node}
         alpha = formula("collectives.multinode.step_latency").bind(
-            {**shape, **{k: inp.time_input(k) for k in ("scale_up_latency", "scale_out_latency")}})
+            {**shape, **{k: inp.time_input(k) for k in ("scale_up_latency", "scale_out_latency")}}
+        )
         return formula(f"collectives.multinode.{kind}.time").bind(
-            {"message": message, **shape, "latency": alpha,
-             "scale_up_bandwidth": at("scale_up_bandwidth", per_node),
-             "scale_out_bandwidth": at("scale_out_bandwidth", per_node)})
+            {
+                "message": message,
+                **shape,
+                "latency": alpha,
+                "scale_up_bandwidth": at("scale_up_bandwidth", per_node),
+                "scale_out_bandwidth": at("scale_out_bandwidth", per_node),
+            }
+        )
 
     kind_of_link = link_kind(size, stride_, g)
     if kind_of_link == "scale-up":
@@ -70,14 +82,21 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
         return flat("scale_out_bandwidth")
     if kind_of_link == "two-level":
         return spanning()
-    return cases("t", "s", (flat("scale_up_bandwidth"), Le(size * stride_, g)),
-                  (flat("scale_out_bandwidth"), Ge(stride_, g)), (spanning(), True))
+    return cases(
+        "t",
+        "s",
+        (flat("scale_up_bandwidth"), Le(size * stride_, g)),
+        (flat("scale_out_bandwidth"), Ge(stride_, g)),
+        (spanning(), True),
+    )
+
 
 def gemm_input_bytes(inp: Inputs, default):
-    """Bytes per element of an activation sent to the GEMM that consumes it: the recipe's where it casts
-    before communicating (FP8: presets/precisions.toml sent_bytes), otherwise ``default``."""
+    """Bytes per element of an activation sent to the GEMM that consumes it: the recipe's where it
+    casts before communicating (FP8: presets/precisions.toml sent_bytes), otherwise ``default``."""
     sent = (inp.recipe or {}).get("sent_bytes")
     return default if sent is None else Quantity(sent, "byte")
+
 
 ZERO_B, ZERO_T = Formula("0", 0, "byte", ""), Formula("0", 0, "s", "")
 
@@ -87,9 +106,9 @@ def _none() -> dict:
 
 
 def _beyond_one(ranks, traffic) -> dict:
-    """``traffic()`` (an axis's traffic dict) for a group of ``ranks`` > 1, none for one rank: decided
-    for a number, a Piecewise for a symbol (so a symbolic plan's sources are conditioned as a numeric
-    one's)."""
+    """``traffic()`` (an axis's traffic dict) for a group of ``ranks`` > 1, none for one rank:
+    decided for a number, a Piecewise for a symbol (so a symbolic plan's sources are conditioned as
+    a numeric one's)."""
     if is_number(ranks):
         return _none() if ranks == 1 else traffic()
     return {k: cases(k, v.unit, (0, Eq(ranks, 1)), (v, True)) for k, v in traffic().items()}
@@ -104,10 +123,13 @@ def _plus(*parts: dict) -> dict:
 
 
 def _collectives(inp: Inputs, kind: str, message: Formula, calls, size, stride_) -> dict:
-    """``calls`` collectives of ``kind`` on ``message`` over ``size`` ranks ``stride_`` apart: bytes sent
-    per GPU and seconds."""
+    """``calls`` collectives of ``kind`` on ``message`` over ``size`` ranks ``stride_`` apart: bytes
+    sent per GPU and seconds."""
     sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": message, "ranks": size})
-    return {"bytes": sent * calls, "time": collective_time(inp, kind, message, size, stride_) * calls}
+    return {
+        "bytes": sent * calls,
+        "time": collective_time(inp, kind, message, size, stride_) * calls,
+    }
 
 
 def _layers_local(inp: Inputs):
@@ -119,7 +141,12 @@ def _tp_layers_local(inp: Inputs):
     and FFN: an MoE FFN without shared experts has none (its routed tokens move in the dispatcher's
     expert tensor-parallel pair, :func:`expert_parallel`; a shared expert keeps the MLP's pair)."""
     m = inp.model
-    halves = m.attention_blocks + m.mamba_blocks + m.dense_blocks + (m.moe_blocks if m.shared_experts else 0)
+    halves = (
+        m.attention_blocks
+        + m.mamba_blocks
+        + m.dense_blocks
+        + (m.moe_blocks if m.shared_experts else 0)
+    )
     return ratio(halves, 2 * inp.deg.pp)
 
 
@@ -133,33 +160,59 @@ def _tensor_parallel(inp: Inputs) -> dict:
     lay = inp.deg
     s_local = inp.seq_len / lay.cp
     per_layer = formula("parallelism.tp.allreduces_per_layer") + cases(
-        "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer") * inp.recomputed, lay.recompute_is("full")),
-        (0, True))
+        "recomputed",
+        "",
+        (
+            formula("parallelism.tp.allreduces_recomputed_per_layer") * inp.recomputed,
+            lay.recompute_is("full"),
+        ),
+        (0, True),
+    )
     msg = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local)
     calls = per_layer * _tp_layers_local(inp) * inp.microbatches
     group = (lay.tp, axis_stride(inp.deg, "tp"))
     if not lay.sequence_parallel:
         out = _collectives(inp, "all_reduce", msg, calls, *group)
     else:
-        # the all-gathers carry the GEMMs' inputs (cast to FP8 in FP8 training); the reduce-scatters sum
-        # partial outputs in 16 bits
-        gathered = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local,
-                         element_bytes=gemm_input_bytes(inp, inp.values["element_bytes"]))
-        out = _plus(_collectives(inp, "reduce_scatter", msg, calls, *group),
-                    _collectives(inp, "all_gather", gathered, calls, *group))
-    if inp.qk_gathered:  # the normalised queries and keys gathered each forward, their gradients each backward
+        # the all-gathers carry the GEMMs' inputs (cast to FP8 in FP8 training); the reduce-scatters
+        # sum partial outputs in 16 bits
+        gathered = inp.f(
+            "parallelism.tp.allreduce_bytes",
+            seq_len=s_local,
+            element_bytes=gemm_input_bytes(inp, inp.values["element_bytes"]),
+        )
+        out = _plus(
+            _collectives(inp, "reduce_scatter", msg, calls, *group),
+            _collectives(inp, "all_gather", gathered, calls, *group),
+        )
+    if (
+        inp.qk_gathered
+    ):  # the normalised queries and keys gathered each forward, their gradients each backward
         layers = _layers_local(inp) * inp.microbatches
         forwards = lay.full_recomputed(inp.recomputed) + 1
-        out = _plus(out, _collectives(inp, "all_gather", inp.f("parallelism.tp.qk_gather_bytes", seq_len=s_local),
-                                      forwards * layers, *group),
-                    _collectives(inp, "all_gather", inp.f("parallelism.tp.qk_gather_bytes_backward", seq_len=s_local),
-                                 layers, *group))
+        out = _plus(
+            out,
+            _collectives(
+                inp,
+                "all_gather",
+                inp.f("parallelism.tp.qk_gather_bytes", seq_len=s_local),
+                forwards * layers,
+                *group,
+            ),
+            _collectives(
+                inp,
+                "all_gather",
+                inp.f("parallelism.tp.qk_gather_bytes_backward", seq_len=s_local),
+                layers,
+                *group,
+            ),
+        )
     return out
 
 
 def pipeline_parallel(inp: Inputs) -> dict:
-    """PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward and one
-    gradient backward, split over the TP ranks (scatter/gather, Narayanan et al. §4.1); per GPU
+    """PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward and
+    one gradient backward, split over the TP ranks (scatter/gather, Narayanan et al. §4.1); per GPU
     parallelism.pp.transfers_per_gpu of them, each a two-rank broadcast."""
     return _beyond_one(inp.deg.pp, lambda: _pipeline_parallel(inp))
 
@@ -168,7 +221,10 @@ def _pipeline_parallel(inp: Inputs) -> dict:
     lay = inp.deg
     msg = inp.f("parallelism.pp.p2p_bytes", seq_len=inp.seq_len / lay.cp) / lay.tp
     calls = inp.f("parallelism.pp.transfers_per_gpu", microbatches=inp.microbatches)
-    return {"bytes": msg * calls, "time": collective_time(inp, "broadcast", msg, 2, axis_stride(inp.deg, "pp")) * calls}
+    return {
+        "bytes": msg * calls,
+        "time": collective_time(inp, "broadcast", msg, 2, axis_stride(inp.deg, "pp")) * calls,
+    }
 
 
 def data_parallel(inp: Inputs, params: dict) -> dict:
@@ -184,7 +240,9 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
     routed = m.routed_expert_tensors
     tensors = (ratio(m.block_tensors - routed, lay.pp), ratio(routed, lay.pp * lay.ep))
     out = {**_none(), "blocking": ZERO_T}
-    for (local, size, stride_), local_tensors in zip(replica_groups(inp, params), tensors, strict=True):
+    for (local, size, stride_), local_tensors in zip(
+        replica_groups(inp, params), tensors, strict=True
+    ):
         if local.term == 0:  # no experts to reduce (dense models)
             continue
         part = _beyond_one(size, lambda: _replica_traffic(inp, local, size, stride_, local_tensors))
@@ -198,23 +256,40 @@ def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) 
     lay, mb = inp.deg, inp.microbatches
     buckets = _layers_local(inp)
     out = {}
-    weights = inp.f("parallelism.dp.gradient_bytes", params=local)  # 16-bit: what the all-gathers carry
+    weights = inp.f(
+        "parallelism.dp.gradient_bytes", params=local
+    )  # 16-bit: what the all-gathers carry
     fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Quantity(4, "byte"))
-    grad = cases("gradients", "byte", (fp32, inp.fp32_grads), (weights, True))  # fp32 buffers reduce in fp32
-    ar, rs = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
-              for kind in ("all_reduce", "reduce_scatter"))
+    grad = cases(
+        "gradients", "byte", (fp32, inp.fp32_grads), (weights, True)
+    )  # fp32 buffers reduce in fp32
+    ar, rs = (
+        _collectives(inp, kind, grad / buckets, buckets, size, stride_)
+        for kind in ("all_reduce", "reduce_scatter")
+    )
     ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)
-    ag3, gathers = ag, lay.zero3_gathers_per_microbatch(inp.recomputed)  # ZeRO-3's parameter gathers, and how many
+    ag3, gathers = ag, lay.zero3_gathers_per_microbatch(
+        inp.recomputed
+    )  # ZeRO-3's parameter gathers, and how many
     if lay.per_tensor_gathers:
         ag3 = _collectives(inp, "all_gather", weights / local_tensors, local_tensors, size, stride_)
     stage3 = lay.zero_at_least(3)
     for k, unit in (("bytes", "byte"), ("time", "s")):
-        held = cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
+        held = cases(
+            k, unit, (ag3[k], stage3), (ag[k], True)
+        )  # under a pipeline, as lay.dp_regimes
         values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
         out[k] = cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
     if lay.per_tensor_gathers:
-        values = (ag3["time"] * gathers * mb, 0, cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
-        out["blocking"] = cases("blocking", "s", *zip(values, (c for _, c in lay.dp_regimes), strict=True))
+        values = (
+            ag3["time"] * gathers * mb,
+            0,
+            cases("t", "s", (ag3["time"], stage3), (0, True)),
+            0,
+        )
+        out["blocking"] = cases(
+            "blocking", "s", *zip(values, (c for _, c in lay.dp_regimes), strict=True)
+        )
     return out
 
 
@@ -230,10 +305,18 @@ def _context_parallel(inp: Inputs) -> dict:
     calls = _layers_local(inp) * inp.microbatches
     group = (lay.cp, axis_stride(inp.deg, "cp"))
     gathers = formula("parallelism.cp.kv_gathers_per_layer") + cases(
-        "recomputed", "", (formula("parallelism.cp.kv_gathers_recomputed_per_layer") * inp.recomputed,
-                           lay.recompute_is("full")), (0, True))
-    return _plus(_collectives(inp, "all_gather", kv, gathers * calls, *group),
-                 _collectives(inp, "reduce_scatter", kv, calls, *group))
+        "recomputed",
+        "",
+        (
+            formula("parallelism.cp.kv_gathers_recomputed_per_layer") * inp.recomputed,
+            lay.recompute_is("full"),
+        ),
+        (0, True),
+    )
+    return _plus(
+        _collectives(inp, "all_gather", kv, gathers * calls, *group),
+        _collectives(inp, "reduce_scatter", kv, calls, *group),
+    )
 
 
 def expert_parallel(inp: Inputs) -> dict:
@@ -249,8 +332,10 @@ def expert_parallel(inp: Inputs) -> dict:
     lay = inp.deg
     if inp.dispatcher == "allgather":
         return _beyond_one(lay.etp * lay.ep, lambda: _allgather_dispatch(inp))
-    return _plus(_beyond_one(lay.ep, lambda: _expert_parallel(inp)),
-                 _beyond_one(lay.etp, lambda: _expert_tensor_parallel(inp)))
+    return _plus(
+        _beyond_one(lay.ep, lambda: _expert_parallel(inp)),
+        _beyond_one(lay.etp, lambda: _expert_tensor_parallel(inp)),
+    )
 
 
 def _allgather_dispatch(inp: Inputs) -> dict:
@@ -259,9 +344,27 @@ def _allgather_dispatch(inp: Inputs) -> dict:
     reduce-scattered back (in 16 bits)."""
     tokens, dispatch_e, calls = _routed(inp, busiest=False)  # every rank gathers every token
     ranks = inp.deg.etp * inp.deg.ep
-    return _plus(*(_collectives(inp, kind, inp.f("parallelism.ep.allgather_dispatch_bytes", tokens=tokens, ep=ranks,
-                                                 hidden=_width(inp), element_bytes=e), calls, ranks, 1)
-                   for kind, e in zip(("all_gather", "reduce_scatter"), (dispatch_e, inp.values["element_bytes"]))))
+    return _plus(
+        *(
+            _collectives(
+                inp,
+                kind,
+                inp.f(
+                    "parallelism.ep.allgather_dispatch_bytes",
+                    tokens=tokens,
+                    ep=ranks,
+                    hidden=_width(inp),
+                    element_bytes=e,
+                ),
+                calls,
+                ranks,
+                1,
+            )
+            for kind, e in zip(
+                ("all_gather", "reduce_scatter"), (dispatch_e, inp.values["element_bytes"])
+            )
+        )
+    )
 
 
 def _routed(inp: Inputs, busiest: bool = True) -> tuple:
@@ -271,7 +374,11 @@ def _routed(inp: Inputs, busiest: bool = True) -> tuple:
     lay, m = inp.deg, inp.model
     own = inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1)
     tokens = Formula("tokens", own * inp.busiest_share if busiest else own, "token", "")
-    return tokens, gemm_input_bytes(inp, Quantity(2, "byte")), ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
+    return (
+        tokens,
+        gemm_input_bytes(inp, Quantity(2, "byte")),
+        ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches,
+    )
 
 
 def _width(inp: Inputs):
@@ -280,15 +387,27 @@ def _width(inp: Inputs):
 
 
 def _expert_tensor_parallel(inp: Inputs) -> dict:
-    """The dispatcher's all-gather of the routed tokens over the etp ranks (in the dispatch's dtype) and its
-    reduce-scatter of their outputs (in 16 bits), etp consecutive ranks."""
+    """The dispatcher's all-gather of the routed tokens over the etp ranks (in the dispatch's dtype)
+    and its reduce-scatter of their outputs (in 16 bits), etp consecutive ranks."""
     tokens, dispatch_e, calls = _routed(inp)
     etp = inp.deg.etp
-    gathered = (inp.f("parallelism.ep.etp_gather_bytes", tokens=tokens, etp=etp, hidden=_width(inp),
-                      topk=inp.routed_topk, **e) for e in
-                ({"element_bytes": dispatch_e}, {}))
-    return _plus(*(_collectives(inp, kind, message, calls, etp, 1)
-                   for kind, message in zip(("all_gather", "reduce_scatter"), gathered)))
+    gathered = (
+        inp.f(
+            "parallelism.ep.etp_gather_bytes",
+            tokens=tokens,
+            etp=etp,
+            hidden=_width(inp),
+            topk=inp.routed_topk,
+            **e,
+        )
+        for e in ({"element_bytes": dispatch_e}, {})
+    )
+    return _plus(
+        *(
+            _collectives(inp, kind, message, calls, etp, 1)
+            for kind, message in zip(("all_gather", "reduce_scatter"), gathered)
+        )
+    )
 
 
 def _expert_parallel(inp: Inputs) -> dict:
@@ -300,26 +419,74 @@ def _expert_parallel(inp: Inputs) -> dict:
     tokens, dispatch_e, calls = _routed(inp)
     g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp.deg, "ep")
-    pair = (dispatch_e, inp.values["element_bytes"])  # the dispatch in its dtype, the combine in 16 bits
-    plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e,
-                                                          hidden=_width(inp), topk=inp.routed_topk),
-                                 calls, lay.ep, stride_) for e in pair))
+    pair = (
+        dispatch_e,
+        inp.values["element_bytes"],
+    )  # the dispatch in its dtype, the combine in 16 bits
+    plain = _plus(
+        *(
+            _collectives(
+                inp,
+                "all_to_all",
+                inp.f(
+                    "parallelism.ep.dispatch_bytes",
+                    tokens=tokens,
+                    element_bytes=e,
+                    hidden=_width(inp),
+                    topk=inp.routed_topk,
+                ),
+                calls,
+                lay.ep,
+                stride_,
+            )
+            for e in pair
+        )
+    )
     link = link_kind(lay.ep, stride_, g)
     if link in ("scale-up", "-") or not (m.nodes_per_token or inp.dispatcher == "flex"):
         return plain
     nodes = Min(lay.ep, lay.ep * stride_ / g)
-    reach = (Min(m.nodes_per_token, nodes) if m.nodes_per_token
-             else inp.f("parallelism.ep.nodes_reached", nodes=nodes))
-    limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens,
-                                                             hidden=_width(inp), nodes_per_token=reach, element_bytes=e),
-                                   calls, nodes, g) for e in (dispatch_e, Quantity(2, "byte"))))
+    reach = (
+        Min(m.nodes_per_token, nodes)
+        if m.nodes_per_token
+        else inp.f("parallelism.ep.nodes_reached", nodes=nodes)
+    )
+    limited = _plus(
+        *(
+            _collectives(
+                inp,
+                "all_to_all",
+                inp.f(
+                    "parallelism.ep.node_limited_dispatch_bytes",
+                    tokens=tokens,
+                    hidden=_width(inp),
+                    nodes_per_token=reach,
+                    element_bytes=e,
+                ),
+                calls,
+                nodes,
+                g,
+            )
+            for e in (dispatch_e, Quantity(2, "byte"))
+        )
+    )
     if link != "symbolic":
         return limited
-    inside = Le(lay.ep * stride_, g)  # decided per layout: inside a node, or node-limited across nodes
-    return {k: cases(k, plain[k].unit, (plain[k], inside), (limited[k], True)) for k in ("bytes", "time")}
+    inside = Le(
+        lay.ep * stride_, g
+    )  # decided per layout: inside a node, or node-limited across nodes
+    return {
+        k: cases(k, plain[k].unit, (plain[k], inside), (limited[k], True))
+        for k in ("bytes", "time")
+    }
 
 
 def communication(inp: Inputs, params: dict) -> dict:
     """axis → {"bytes": per GPU per step, "time": seconds on its links} (dp also "blocking")."""
-    return {"tp": tensor_parallel(inp), "cp": context_parallel(inp), "dp": data_parallel(inp, params),
-            "pp": pipeline_parallel(inp), "ep": expert_parallel(inp)}
+    return {
+        "tp": tensor_parallel(inp),
+        "cp": context_parallel(inp),
+        "dp": data_parallel(inp, params),
+        "pp": pipeline_parallel(inp),
+        "ep": expert_parallel(inp),
+    }

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from ..core.numeric import Program
 
 
-
 @dataclass(frozen=True)
 class Part:
     """One program and the names and units of its outputs (for quantities and a stage, the outputs
@@ -42,9 +41,14 @@ class Part:
         if not isinstance(data, dict) or set(data) != {"program", "outputs", "units"}:
             raise ValueError("not a program part")
         from ..core.numeric import Program
+
         prog, outputs, units = Program.from_json(data["program"]), data["outputs"], data["units"]
-        if not (isinstance(outputs, list) and isinstance(units, list) and len(outputs) == len(units)
-                and all(isinstance(x, str) and len(x) < 200 for x in outputs + units)):
+        if not (
+            isinstance(outputs, list)
+            and isinstance(units, list)
+            and len(outputs) == len(units)
+            and all(isinstance(x, str) and len(x) < 200 for x in outputs + units)
+        ):
             raise ValueError("a part's outputs and units must be names")
         if not all(unit_table.plain(u) for u in units):
             raise ValueError("a part's units must be unit names")
@@ -53,12 +57,16 @@ class Part:
         return cls(prog, tuple(outputs), tuple(units))
 
     def finite(self, values: dict) -> dict:
-        """output → (value, unit) for each output that is finite with its formulas' domains holding."""
+        """output → (value, unit) for each output that is finite with its formulas' domains
+        holding."""
         get, nan, isfinite = values.get, math.nan, math.isfinite
         out = self.program.scalar([get(k, nan) for k in self.program.inputs])
         n = len(self.outputs)
-        return {name: (v, u) for name, v, ok, u in zip(self.outputs, out[:n], out[n:], self.units)
-                if ok and isfinite(v)}
+        return {
+            name: (v, u)
+            for name, v, ok, u in zip(self.outputs, out[:n], out[n:], self.units)
+            if ok and isfinite(v)
+        }
 
 
 @dataclass(frozen=True)
@@ -75,31 +83,59 @@ class Bundle:
 
     @classmethod
     def from_json(cls, data) -> "Bundle":
-        """A Bundle from :func:`.template.build`'s data, every field checked; ValueError otherwise."""
+        """A Bundle from :func:`.template.build`'s data, every field checked; ValueError
+        otherwise."""
         if not isinstance(data, dict) or set(data) != {"quantities", "stage", "search", "sources"}:
             raise ValueError("not a structure's programs")
-        quantities, stage = Part.from_json(data["quantities"], True), Part.from_json(data["stage"], True)
+        quantities, stage = Part.from_json(data["quantities"], True), Part.from_json(
+            data["stage"], True
+        )
         search = Part.from_json(data["search"], False)
         src = data["sources"]
         if not isinstance(src, dict) or set(src) != {"names", "fixed", "conditional", "program"}:
             raise ValueError("not a structure's sources")
         names, fixed, keys = src["names"], src["fixed"], src["conditional"]
         n_q = len(quantities.outputs)
-        if not (isinstance(names, list) and all(isinstance(s, str) and len(s) < 200 for s in names)):
+        if not (
+            isinstance(names, list) and all(isinstance(s, str) and len(s) < 200 for s in names)
+        ):
             raise ValueError("sources must be names")
-        if not (isinstance(fixed, list) and len(fixed) == n_q and all(
-                isinstance(f, list) and all(type(i) is int and 0 <= i < len(names) for i in f) for f in fixed)):
+        if not (
+            isinstance(fixed, list)
+            and len(fixed) == n_q
+            and all(
+                isinstance(f, list) and all(type(i) is int and 0 <= i < len(names) for i in f)
+                for f in fixed
+            )
+        ):
             raise ValueError("each quantity's sources must index the names")
-        if not (isinstance(keys, list) and all(
-                isinstance(k, list) and len(k) == 2 and type(k[0]) is int and type(k[1]) is int
-                and 0 <= k[0] < n_q and 0 <= k[1] < len(names) for k in keys)):
+        if not (
+            isinstance(keys, list)
+            and all(
+                isinstance(k, list)
+                and len(k) == 2
+                and type(k[0]) is int
+                and type(k[1]) is int
+                and 0 <= k[0] < n_q
+                and 0 <= k[1] < len(names)
+                for k in keys
+            )
+        ):
             raise ValueError("conditional sources must index the quantities and the names")
         from ..core.numeric import Program
+
         conditions = None if src["program"] is None else Program.from_json(src["program"])
         if len(keys) != (0 if conditions is None else len(conditions.outputs)):
             raise ValueError("one condition per conditional source")
-        return cls(quantities, stage, search, tuple(names), tuple(map(tuple, fixed)), tuple(map(tuple, keys)),
-                   conditions)
+        return cls(
+            quantities,
+            stage,
+            search,
+            tuple(names),
+            tuple(map(tuple, fixed)),
+            tuple(map(tuple, keys)),
+            conditions,
+        )
 
 
 _BUNDLES: dict = {}  # structure → Bundle (None: the structure cannot be modelled), for this process
@@ -127,7 +163,9 @@ def bundle(inp: Inputs, lower=None) -> Bundle | None:
             return None
         data = lower()
         if data is not None and path is not None:
-            cache.write_json(path, {"structure": key, "programs": data})  # a read-only cache costs a rebuild
+            cache.write_json(
+                path, {"structure": key, "programs": data}
+            )  # a read-only cache costs a rebuild
         found = None if data is None else Bundle.from_json(data)
     _BUNDLES[key] = found
     return found
@@ -153,18 +191,20 @@ class Numbers:
         return name in self._quantities
 
     def quantity(self, name: str):
-        """Plan quantity ``name`` as the library's Quantity (in the unit it is computed in), or None."""
+        """Plan quantity ``name`` as the library's Quantity (in the unit it is computed in), or
+        None."""
         hit = self._quantities.get(name)
         return None if hit is None else Quantity(hit[0], Unit.of(hit[1]))
 
     def count(self, name: str) -> int | None:
-        """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then say)."""
+        """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then
+        say)."""
         hit = self._quantities.get(name)
         return None if hit is None or not float(hit[0]).is_integer() else int(hit[0])
 
     def sources(self, name: str) -> list[str] | None:
-        """The catalogue formulas (sorted) plan quantity ``name`` is composed from, where the programs
-        give its number; None otherwise (the expressions then say)."""
+        """The catalogue formulas (sorted) plan quantity ``name`` is composed from, where the
+        programs give its number; None otherwise (the expressions then say)."""
         flags = self._source_flags
         if flags is None or not self.has(name):
             return None
@@ -175,8 +215,8 @@ class Numbers:
 
     @functools.cached_property
     def _source_flags(self) -> dict | None:
-        """(quantity index, source index) → whether its condition holds; None without programs or with
-        an input the conditions read missing."""
+        """(quantity index, source index) → whether its condition holds; None without programs or
+        with an input the conditions read missing."""
         b = self.bundle
         if b is None:
             return None
@@ -188,7 +228,8 @@ class Numbers:
         return dict(zip(b.source_keys, b.source_conditions.scalar(values), strict=True))
 
     def stage(self, k: int) -> dict | None:
-        """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all have numbers."""
+        """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all have
+        numbers."""
         hits = self._stage(k)
         if hits is None:
             return None

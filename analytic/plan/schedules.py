@@ -11,8 +11,14 @@ from ..core.values import choice
 from ..formulas import formula
 
 #: schedule → its catalogue formula pipeline.bubble_time.<name> (interleaved: per-chunk times)
-BUBBLE_FORMULAS = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
-                   "dualpipe": "dualpipe"}
+BUBBLE_FORMULAS = {
+    "1f1b": "1f1b",
+    "gpipe": "1f1b",
+    "interleaved": "1f1b",
+    "zb-h1": "zb_h1",
+    "zb-h2": "zb_h2",
+    "dualpipe": "dualpipe",
+}
 
 
 def at_least_critical_path(bubble: Formula, values: dict) -> Formula:
@@ -25,4 +31,6 @@ def at_least_critical_path(bubble: Formula, values: dict) -> Formula:
 def bubble_time(schedule: str, values: dict) -> Formula:
     """Bubble time of ``schedule`` with ``values`` of pp, vpp, microbatches, t_f, t_b, t_w, t_fb."""
     choice("schedule", schedule, SCHEDULES)
-    return at_least_critical_path(formula(f"pipeline.bubble_time.{BUBBLE_FORMULAS[schedule]}").bind(values), values)
+    return at_least_critical_path(
+        formula(f"pipeline.bubble_time.{BUBBLE_FORMULAS[schedule]}").bind(values), values
+    )

@@ -13,17 +13,29 @@ from .schedules import BUBBLE_FORMULAS, at_least_critical_path
 
 
 def bubble_time(inp: Inputs, compute: Formula) -> Formula:
-    """The schedule's bubble with each microbatch chunk's forward, input-gradient and weight-gradient
-    passes a third of its compute, never below the first microbatch's critical path."""
+    """The schedule's bubble with each microbatch chunk's forward, input-gradient and
+    weight-gradient passes a third of its compute, never below the first microbatch's critical
+    path."""
     lay, mb = inp.deg, inp.microbatches
-    third = compute / (mb * lay.vpp) / 3  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
-    values = {"pp": lay.pp, "vpp": lay.vpp, "microbatches": mb, "t_f": third, "t_b": third, "t_w": third,
-              "t_fb": third * 3}
+    third = (
+        compute / (mb * lay.vpp) / 3
+    )  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
+    values = {
+        "pp": lay.pp,
+        "vpp": lay.vpp,
+        "microbatches": mb,
+        "t_f": third,
+        "t_b": third,
+        "t_w": third,
+        "t_fb": third * 3,
+    }
     by_formula = {}  # catalogue bubble formula → the schedules it describes
     for schedule, name in BUBBLE_FORMULAS.items():
         by_formula.setdefault(name, []).append(schedule)
-    pieces = [(formula(f"pipeline.bubble_time.{name}").bind(values), lay.schedule_is(*schedules))
-              for name, schedules in by_formula.items()]
+    pieces = [
+        (formula(f"pipeline.bubble_time.{name}").bind(values), lay.schedule_is(*schedules))
+        for name, schedules in by_formula.items()
+    ]
     return at_least_critical_path(cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
 
 
@@ -32,28 +44,36 @@ STAGES = ("first", "middle", "last")
 
 def stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
     """The first, a middle (the fullest) and the last stage's compute for the step: its layers (the
-    layout's split, :func:`~analytic.plan.memory.stage_layers`) at the average block's time, the last
-    stage's with the MTP blocks and the output layer and loss (``ends``, the whole model's)."""
+    layout's split, :func:`~analytic.plan.memory.stage_layers`) at the average block's time, the
+    last stage's with the MTP blocks and the output layer and loss (``ends``, the whole model's)."""
     from .memory import stage_layers
+
     lay, blocks, mtp = inp.deg, inp.model.blocks, inp.model.mtp_layers
     first, middle, last = stage_layers(inp)
     per_block = (compute.term - ends.term / lay.pp) * lay.pp / blocks
     exprs = (first * per_block, middle * per_block, (last + mtp) * per_block + ends.term)
-    return {name: composed(f"stage.{name}", e, "s", compute, ends) for name, e in zip(STAGES, exprs)}
+    return {
+        name: composed(f"stage.{name}", e, "s", compute, ends) for name, e in zip(STAGES, exprs)
+    }
 
 
 def imbalance_time(inp: Inputs, compute: Formula, stages: dict) -> Formula:
-    """What the slowest of ``stages`` (:func:`stage_times`) adds to the step over the average stage."""
+    """What the slowest of ``stages`` (:func:`stage_times`) adds to the step over the average
+    stage."""
     slowest = Max(*(stages[k].term for k in STAGES))
-    t = inp.f("pipeline.imbalance_time", slowest_stage_time=slowest, stage_time=compute.term,
-              microbatches=inp.microbatches)
+    t = inp.f(
+        "pipeline.imbalance_time",
+        slowest_stage_time=slowest,
+        stage_time=compute.term,
+        microbatches=inp.microbatches,
+    )
     return composed("imbalance", t.term, "s", t, *stages.values())
 
 
 def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     """Each op class, the bubble, the slowest stage's excess and each axis's exposed communication
-    (:data:`PARTS`), in seconds. The microbatches' work (every class but the optimizer step) sets the
-    bubble and the windows communication hides in."""
+    (:data:`PARTS`), in seconds. The microbatches' work (every class but the optimizer step) sets
+    the bubble and the windows communication hides in."""
     lay = inp.deg
     ops = dict(ops)
     ends = ops.pop("ends")
@@ -65,10 +85,15 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before
     # the attention that needs them: exposed in the critical path (Llama 3 §3.3.2)
     stages = stage_times(inp, compute, ends)
-    out = {**ops, "bubble": bubble, "imbalance": imbalance_time(inp, compute, stages),
-           **{f"stage.{k}": v for k, v in stages.items()},
-           "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
-           "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
+    out = {
+        **ops,
+        "bubble": bubble,
+        "imbalance": imbalance_time(inp, compute, stages),
+        **{f"stage.{k}": v for k, v in stages.items()},
+        "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
+        "cp": comm["cp"]["time"],
+        "pp": comm["pp"]["time"] * (1 - phi),
+    }
     # DP hides behind compute: ZeRO-2/3 without a pipeline reduce (and ZeRO-3 gathers) around every
     # block of every microbatch, so through the whole step; otherwise the gradient reduction hides
     # behind the last microbatch (on every chunk of this stage) and the parameter all-gather behind
@@ -77,14 +102,23 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     chunk = compute / (inp.microbatches * lay.vpp)
     window = cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
     blocking = comm["dp"]["blocking"]
-    out["dp"] = composed("dp", Max(0, (comm["dp"]["time"] - blocking).term - window.term) + blocking.term, "s",
-                         comm["dp"]["time"], blocking, window)
+    out["dp"] = composed(
+        "dp",
+        Max(0, (comm["dp"]["time"] - blocking).term - window.term) + blocking.term,
+        "s",
+        comm["dp"]["time"],
+        blocking,
+        window,
+    )
     out["dp_window"] = window
     # the all-to-all sits between the router and the experts' GEMMs that consume it: exposed, unless
     # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1)
-    hidden_behind_pair = composed("ep", Max(0, comm["ep"]["time"].term - compute.term), "s", comm["ep"]["time"],
-                                  compute)
-    out["ep"] = cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"], True))
+    hidden_behind_pair = composed(
+        "ep", Max(0, comm["ep"]["time"].term - compute.term), "s", comm["ep"]["time"], compute
+    )
+    out["ep"] = cases(
+        "ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"], True)
+    )
     return out
 
 
@@ -92,17 +126,26 @@ def why_exposed(lay) -> dict:
     """axis → why what :func:`timing` leaves of its traffic is not hidden, for a layout's numeric
     Degrees ``lay`` (its conditions decided)."""
     dualpipe, whole_step = lay.schedule_is("dualpipe"), lay.dp_regimes[1][1]
-    dp = ("what exceeds the step's compute, behind which ZeRO ≥ 2 without a pipeline reduces block "
-          "by block" if whole_step
-          else "what exceeds the last microbatch's compute, behind which the gradients reduce")
+    dp = (
+        "what exceeds the step's compute, behind which ZeRO ≥ 2 without a pipeline reduces block "
+        "by block"
+        if whole_step
+        else "what exceeds the last microbatch's compute, behind which the gradients reduce"
+    )
     return {
-        "tp": ("what the overlap φ leaves beside async TP's split GEMMs" if lay.async_tp
-               else "between the GEMMs that produce and consume it, no async TP"),
+        "tp": (
+            "what the overlap φ leaves beside async TP's split GEMMs"
+            if lay.async_tp
+            else "between the GEMMs that produce and consume it, no async TP"
+        ),
         "cp": "K and V gathered before the attention that needs them",
         "pp": "what the overlap φ leaves of the stages' transfers",
         "dp": dp + ("; per-tensor ZeRO-3 gathers block" if lay.per_tensor_gathers else ""),
-        "ep": ("what exceeds the paired chunk's compute, DualPipe's" if dualpipe
-               else "between the router and the experts' GEMMs that consume it, no DualPipe"),
+        "ep": (
+            "what exceeds the paired chunk's compute, DualPipe's"
+            if dualpipe
+            else "between the router and the experts' GEMMs that consume it, no DualPipe"
+        ),
     }
 
 

@@ -26,13 +26,16 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 def _time_collectives(rank: int, world: int, sizes: list[int], reps: int, device) -> dict:
     import torch
     import torch.distributed as dist
+
     rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     out = {}
     for name in COLLECTIVES:
         out[name] = []
         for size in sizes:
-            n = max(world, size // 4 // world * world)  # float32 elements, divisible by the world size
+            n = max(
+                world, size // 4 // world * world
+            )  # float32 elements, divisible by the world size
             x = torch.ones(n, device=device)
             if name == "all_reduce":
                 op = lambda: dist.all_reduce(x)  # noqa: E731
@@ -65,9 +68,11 @@ def _time_collectives(rank: int, world: int, sizes: list[int], reps: int, device
 
 
 def _coefficients(name: str, ranks: int) -> tuple[float, float]:
-    """(steps multiplying α, factor multiplying S/B) of the catalogue's ring formula at ``ranks``."""
+    """(steps multiplying α, factor multiplying S/B) of the catalogue's ring formula at
+    ``ranks``."""
     from ..core.symbols import sym
     from ..formulas import formula
+
     expr = formula(f"collectives.{name}.time").expr.subs(sym("ranks"), ranks)
     steps = float(sympy.diff(expr, sym("latency")))
     factor = float(sympy.diff(expr, sym("message")) * sym("bandwidth"))
@@ -86,27 +91,40 @@ def fit(measurements: dict, ranks: int) -> dict:
         alpha = max(intercept, 0.0) / steps
         bandwidth = factor / slope if slope > 0 else math.inf
         fitted = intercept + slope * train[:, 0]
-        r2 = 1 - np.sum((train[:, 1] - fitted) ** 2) / np.sum((train[:, 1] - train[:, 1].mean()) ** 2)
+        r2 = 1 - np.sum((train[:, 1] - fitted) ** 2) / np.sum(
+            (train[:, 1] - train[:, 1].mean()) ** 2
+        )
         pred = intercept + slope * test[:, 0]
         held = float(np.mean(np.abs(pred - test[:, 1]) / test[:, 1])) if len(test) else float("nan")
-        result[name] = {"alpha_us": alpha * 1e6, "bandwidth_GBps": bandwidth / 1e9, "r2": float(r2),
-                        "held_out_error": held, "points": len(pts)}
+        result[name] = {
+            "alpha_us": alpha * 1e6,
+            "bandwidth_GBps": bandwidth / 1e9,
+            "r2": float(r2),
+            "held_out_error": held,
+            "points": len(pts),
+        }
     return result
 
 
 def _quiet():
     import warnings
+
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
 
 
 def _worker(rank, world, port, outdir, backend, sizes, reps):
     import torch
     import torch.distributed as dist
+
     _quiet()
     if port is not None:
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
         dist.init_process_group(backend, rank=rank, world_size=world)
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if backend == "nccl" else torch.device("cpu")
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        if backend == "nccl"
+        else torch.device("cpu")
+    )
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
@@ -120,9 +138,13 @@ def _worker(rank, world, port, outdir, backend, sizes, reps):
 def measure(backend: str, ranks: int, sizes: list[int], reps: int = 5) -> dict:
     """Time the collectives; spawn ``ranks`` local processes unless launched by torchrun."""
     import torch.multiprocessing as mp
+
     with tempfile.TemporaryDirectory() as outdir:
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun: this process is one rank
+        if (
+            "RANK" in os.environ and "WORLD_SIZE" in os.environ
+        ):  # torchrun: this process is one rank
             import torch.distributed as dist
+
             dist.init_process_group(backend)
             rank, world = dist.get_rank(), dist.get_world_size()
             _worker(rank, world, None, outdir, backend, sizes, reps)
@@ -131,7 +153,13 @@ def measure(backend: str, ranks: int, sizes: list[int], reps: int = 5) -> dict:
             ranks = world
         else:
             from .collectives import free_port
-            mp.spawn(_worker, args=(ranks, free_port(), outdir, backend, sizes, reps), nprocs=ranks, join=True)
+
+            mp.spawn(
+                _worker,
+                args=(ranks, free_port(), outdir, backend, sizes, reps),
+                nprocs=ranks,
+                join=True,
+            )
         return {"ranks": ranks, "times": json.loads(Path(outdir, "times.json").read_text())}
 
 
@@ -142,15 +170,25 @@ def profile_overrides(path) -> dict:
 
     from ..core.errors import PresetError
     from ..core.units import Q
+
     try:
         ar = tomllib.loads(Path(path).read_text())["all_reduce"]
         alpha, bandwidth = float(ar["alpha_us"]), float(ar["bandwidth_GBps"])
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise PresetError(f"{path}: not a profile written by 'analytic calibrate --backend' ({exc})") from None
+        raise PresetError(
+            f"{path}: not a profile written by 'analytic calibrate --backend' ({exc})"
+        ) from None
     if not (math.isfinite(bandwidth) and bandwidth > 0 and math.isfinite(alpha)):
-        raise PresetError(f"{path}: the all-reduce fit found no bandwidth (its times did not grow with the message "
-                          f"size: {bandwidth} GB/s); measure again on a quieter machine or with larger messages")
-    return {"latency": Q(alpha, "µs"), "scale_up_bandwidth": Q(bandwidth, "GB/s"), "link_efficiency": 1.0}
+        raise PresetError(
+            f"{path}: the all-reduce fit found no bandwidth (its times did not grow with the"
+            f" message size: {bandwidth} GB/s); measure again on a quieter machine or with larger"
+            " messages"
+        )
+    return {
+        "latency": Q(alpha, "µs"),
+        "scale_up_bandwidth": Q(bandwidth, "GB/s"),
+        "link_efficiency": 1.0,
+    }
 
 
 #: most ranks spawned on this machine (each is a process with its own torch)
@@ -158,12 +196,16 @@ MAX_LOCAL_RANKS = 64
 
 
 def _check(backend: str, ranks: int) -> None:
-    """Refuse what cannot run before spawning anything: too few ranks, no torch, NCCL without GPUs."""
+    """Refuse what cannot run before spawning anything: too few ranks, no torch, NCCL without
+    GPUs."""
     from ..core.errors import InputError, install_hint
+
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not torchrun and not 2 <= ranks <= MAX_LOCAL_RANKS:
-        raise InputError(f"--ranks: expected an integer from 2 (a collective needs two ranks) to {MAX_LOCAL_RANKS} "
-                         f"(local processes), got {ranks}")
+        raise InputError(
+            "--ranks: expected an integer from 2 (a collective needs two ranks) to"
+            f" {MAX_LOCAL_RANKS} (local processes), got {ranks}"
+        )
     try:
         import torch
         import torch.distributed as dist
@@ -172,9 +214,11 @@ def _check(backend: str, ranks: int) -> None:
     if backend == "nccl":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if not dist.is_nccl_available() or gpus < (1 if torchrun else ranks):
-            raise InputError(f"--backend nccl: needs NCCL and {1 if torchrun else ranks} GPU(s) on this machine "
-                             f"(this torch: NCCL {'available' if dist.is_nccl_available() else 'missing'}, {gpus} GPU(s)); "
-                             "use --backend gloo on CPUs")
+            raise InputError(
+                f"--backend nccl: needs NCCL and {1 if torchrun else ranks} GPU(s) on this machine"
+                f" (this torch: NCCL {'available' if dist.is_nccl_available() else 'missing'},"
+                f" {gpus} GPU(s)); use --backend gloo on CPUs"
+            )
 
 
 def main(args) -> int:
@@ -187,17 +231,32 @@ def main(args) -> int:
     if args.json:
         print(json.dumps({"backend": args.backend, "ranks": data["ranks"], "fit": result}))
     else:
-        print(f"{args.backend}, {data['ranks']} ranks, {len(sizes)} message sizes from {sizes[0]:,} to {sizes[-1]:,} bytes; "
-              "fit on every other size, error on the rest")
-        print(f"{'collective':<16} {'α (µs)':>10} {'B (GB/s)':>10} {'R²':>8} {'held-out error':>15}")
+        print(
+            f"{args.backend}, {data['ranks']} ranks, {len(sizes)} message sizes from {sizes[0]:,}"
+            f" to {sizes[-1]:,} bytes; fit on every other size, error on the rest"
+        )
+        print(
+            f"{'collective':<16} {'α (µs)':>10} {'B (GB/s)':>10} {'R²':>8} {'held-out error':>15}"
+        )
         for name, r in result.items():
-            print(f"{name:<16} {r['alpha_us']:>10.2f} {r['bandwidth_GBps']:>10.3f} {r['r2']:>8.4f} "
-                  f"{100 * r['held_out_error']:>14.1f}%")
+            print(
+                f"{name:<16} {r['alpha_us']:>10.2f} {r['bandwidth_GBps']:>10.3f} {r['r2']:>8.4f} "
+                f"{100 * r['held_out_error']:>14.1f}%"
+            )
     if args.write:
-        lines = [f"# measured by analytic calibrate --backend {args.backend} --ranks {data['ranks']}", ""]
+        lines = [
+            f"# measured by analytic calibrate --backend {args.backend} --ranks {data['ranks']}",
+            "",
+        ]
         for name, r in result.items():
-            lines += [f"[{name}]", f"alpha_us = {r['alpha_us']:.4f}", f"bandwidth_GBps = {r['bandwidth_GBps']:.6f}",
-                      f"r2 = {r['r2']:.6f}", f"held_out_error = {r['held_out_error']:.6f}", ""]
+            lines += [
+                f"[{name}]",
+                f"alpha_us = {r['alpha_us']:.4f}",
+                f"bandwidth_GBps = {r['bandwidth_GBps']:.6f}",
+                f"r2 = {r['r2']:.6f}",
+                f"held_out_error = {r['held_out_error']:.6f}",
+                "",
+            ]
         Path(args.write).write_text("\n".join(lines))
         print(f"wrote {args.write}", file=sys.stderr)
     return 0

@@ -101,8 +101,8 @@ def pairwise_all_to_all(x: torch.Tensor, ranks: list[int], counter: Counter) -> 
 
 
 def hierarchical_all_reduce(x: torch.Tensor, per_node: int) -> tuple[torch.Tensor, int, int]:
-    """Reduce-scatter inside the node, all-reduce the shard across nodes, all-gather inside the node.
-    Returns the result and the bytes sent inside and across nodes."""
+    """Reduce-scatter inside the node, all-reduce the shard across nodes, all-gather inside the
+    node. Returns the result and the bytes sent inside and across nodes."""
     rank, world = dist.get_rank(), dist.get_world_size()
     node, local = divmod(rank, per_node)
     intra = [node * per_node + i for i in range(per_node)]
@@ -135,17 +135,23 @@ def channel_rings(world: int, per_node: int) -> list[list[int]]:
     """NCCL-style rings over every rank, one per channel: channel c visits each node's ranks in an
     order rotated by c, so each rank is the one that leaves its node in exactly one channel."""
     nodes = world // per_node
-    return [[k * per_node + (c + j) % per_node for k in range(nodes) for j in range(per_node)]
-            for c in range(per_node)]
+    return [
+        [k * per_node + (c + j) % per_node for k in range(nodes) for j in range(per_node)]
+        for c in range(per_node)
+    ]
 
 
-def multinode_all_reduce(x: torch.Tensor, per_node: int) -> tuple[torch.Tensor, LinkCounter, LinkCounter]:
+def multinode_all_reduce(
+    x: torch.Tensor, per_node: int
+) -> tuple[torch.Tensor, LinkCounter, LinkCounter]:
     """All-reduce as reduce-scatter + all-gather over :func:`channel_rings`, the buffer split evenly
     over the channels; returns the result and the reduce-scatter's and the all-gather's counters."""
     rings = channel_rings(dist.get_world_size(), per_node)
     rs, ag = LinkCounter(per_node), LinkCounter(per_node)
-    parts = [ring_all_gather(ring_reduce_scatter(part, ring, rs), ring, ag)
-             for part, ring in zip(x.reshape(-1).chunk(len(rings)), rings, strict=True)]
+    parts = [
+        ring_all_gather(ring_reduce_scatter(part, ring, rs), ring, ag)
+        for part, ring in zip(x.reshape(-1).chunk(len(rings)), rings, strict=True)
+    ]
     return torch.cat(parts)[: x.numel()].view_as(x), rs, ag
 
 
@@ -164,12 +170,17 @@ def checks(rank: int, world: int) -> dict:
 
 
 def _ring_checks(res: dict, gen) -> None:
-    """All-reduce as the library's reduce-scatter + all-gather, and the send/recv rings with their bytes,
-    against torch.distributed, for three dtypes and lengths divisible by the world size or not."""
+    """All-reduce as the library's reduce-scatter + all-gather, and the send/recv rings with their
+    bytes, against torch.distributed, for three dtypes and lengths divisible by the world size or
+    not."""
     world = res["world"]
     ranks = list(range(world))
     for dtype in (torch.float64, torch.float32, torch.int64):
-        for length in (world * 6, world * 6 + 1, 7):  # divisible by the world size, and two uneven lengths
+        for length in (
+            world * 6,
+            world * 6 + 1,
+            7,
+        ):  # divisible by the world size, and two uneven lengths
             x = (torch.randint(-50, 50, (length,), generator=gen)).to(dtype)
             ref = x.clone()
             dist.all_reduce(ref)
@@ -180,14 +191,22 @@ def _ring_checks(res: dict, gen) -> None:
             _ag_single(gathered, shard)
             if not torch.equal(gathered[: x.numel()], ref):
                 res["mismatch"].append(f"rs+ag {dtype} {length}")
-            for kind, run, want in (("all_reduce", lambda c: ring_all_reduce(x, ranks, c), ref),
-                                    ("reduce_scatter", lambda c: ring_reduce_scatter(x, ranks, c), shard),
-                                    ("all_gather", lambda c: ring_all_gather(shard, ranks, c), gathered)):
+            for kind, run, want in (
+                ("all_reduce", lambda c: ring_all_reduce(x, ranks, c), ref),
+                ("reduce_scatter", lambda c: ring_reduce_scatter(x, ranks, c), shard),
+                ("all_gather", lambda c: ring_all_gather(shard, ranks, c), gathered),
+            ):
                 c = Counter()
                 if not torch.equal(run(c), want):
                     res["mismatch"].append(f"ring {kind} {dtype} {length}")
-                res["bytes"].append({"kind": kind, "bytes": c.bytes,
-                                     "message": padded.numel() * x.element_size(), "exact": pad == 0})
+                res["bytes"].append(
+                    {
+                        "kind": kind,
+                        "bytes": c.bytes,
+                        "message": padded.numel() * x.element_size(),
+                        "exact": pad == 0,
+                    }
+                )
 
 
 def _all_to_all_check(res: dict) -> None:
@@ -199,14 +218,22 @@ def _all_to_all_check(res: dict) -> None:
     c = Counter()
     if not torch.equal(pairwise_all_to_all(y, list(range(world)), c), ref):
         res["mismatch"].append("pairwise all_to_all")
-    res["bytes"].append({"kind": "all_to_all", "bytes": c.bytes, "message": y.numel() * y.element_size(),
-                         "exact": True})
+    res["bytes"].append(
+        {
+            "kind": "all_to_all",
+            "bytes": c.bytes,
+            "message": y.numel() * y.element_size(),
+            "exact": True,
+        }
+    )
 
 
 def _tensor_parallel_checks(res: dict) -> None:
-    """A column- then row-parallel MLP and an attention with its heads split over the ranks, each summed by an
-    all-reduce, against the unsplit computation; the all-reduce's message beside the catalogue's."""
+    """A column- then row-parallel MLP and an attention with its heads split over the ranks, each
+    summed by an all-reduce, against the unsplit computation; the all-reduce's message beside the
+    catalogue's."""
     from ..formulas import formula
+
     rank, world = res["rank"], res["world"]
     torch.manual_seed(7)  # the same full weights on every rank
     s_, b_, h_, f_ = 6, 2, 8, 8 * world
@@ -219,16 +246,22 @@ def _tensor_parallel_checks(res: dict) -> None:
     dist.all_reduce(partial)
     if not torch.allclose(partial, full, rtol=1e-10, atol=1e-10):
         res["mismatch"].append("tensor-parallel MLP")
-    res["tp_formula"] = float(formula("parallelism.tp.allreduce_bytes").evaluate(
-        seq_len=s_, microbatch_size=b_, hidden=h_, element_bytes="8 byte").to("byte").magnitude)
+    res["tp_formula"] = float(
+        formula("parallelism.tp.allreduce_bytes")
+        .evaluate(seq_len=s_, microbatch_size=b_, hidden=h_, element_bytes="8 byte")
+        .to("byte")
+        .magnitude
+    )
     a_, d_ = 2 * world, 4
     wq, wk, wv = (torch.randn(a_ * d_, h_, dtype=torch.float64) for _ in range(3))
     wo = torch.randn(h_, a_ * d_, dtype=torch.float64)
 
     def attention(heads):
         idx = torch.cat([torch.arange(hd * d_, (hd + 1) * d_) for hd in heads])
-        q, k, v = ((xin @ w[idx].t()).view(b_, s_, len(heads), d_).transpose(1, 2) for w in (wq, wk, wv))
-        o = torch.softmax(q @ k.transpose(-1, -2) / d_ ** 0.5, -1) @ v
+        q, k, v = (
+            (xin @ w[idx].t()).view(b_, s_, len(heads), d_).transpose(1, 2) for w in (wq, wk, wv)
+        )
+        o = torch.softmax(q @ k.transpose(-1, -2) / d_**0.5, -1) @ v
         return o.transpose(1, 2).reshape(b_, s_, -1) @ wo[:, idx].t()
 
     part = attention(range(rank * a_ // world, (rank + 1) * a_ // world))
@@ -238,18 +271,23 @@ def _tensor_parallel_checks(res: dict) -> None:
 
 
 def _bytes_formulas(res: dict) -> None:
-    """The catalogue's bytes sent beside each counted message (here, so the parent reads only numbers)."""
+    """The catalogue's bytes sent beside each counted message (here, so the parent reads only
+    numbers)."""
     from ..formulas import formula
+
     for b in res["bytes"]:
-        want = formula(f"collectives.{b['kind']}.bytes_sent").evaluate(message=f"{b['message']} byte",
-                                                                       ranks=res["world"])
+        want = formula(f"collectives.{b['kind']}.bytes_sent").evaluate(
+            message=f"{b['message']} byte", ranks=res["world"]
+        )
         b["formula"] = float(want.to("byte").magnitude)
 
 
 def _two_level_checks(res: dict, gen) -> None:
-    """The two-level all-reduce (2 ranks a "node") and NCCL-style rings and all-to-all over two "nodes" of
-    world/2 ranks, against the flat collectives, their bytes on each link beside the catalogue's."""
+    """The two-level all-reduce (2 ranks a "node") and NCCL-style rings and all-to-all over two
+    "nodes" of world/2 ranks, against the flat collectives, their bytes on each link beside the
+    catalogue's."""
     from ..formulas import formula
+
     rank, world = res["rank"], res["world"]
     z = torch.randn(world * 10, generator=gen, dtype=torch.float64)
     flat = z.clone()
@@ -259,11 +297,21 @@ def _two_level_checks(res: dict, gen) -> None:
         res["mismatch"].append("hierarchical all_reduce")
     size = z.numel() * z.element_size()
     res["hierarchical"] = {
-        "up": up, "out": out,
-        "formula_up": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_up").evaluate(
-            message=f"{size} byte", gpus_per_node=2).to("byte").magnitude),
-        "formula_out": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_out").evaluate(
-            message=f"{size} byte", gpus_per_node=2, nodes=world // 2).to("byte").magnitude)}
+        "up": up,
+        "out": out,
+        "formula_up": float(
+            formula("collectives.hierarchical_all_reduce.bytes_sent_scale_up")
+            .evaluate(message=f"{size} byte", gpus_per_node=2)
+            .to("byte")
+            .magnitude
+        ),
+        "formula_out": float(
+            formula("collectives.hierarchical_all_reduce.bytes_sent_scale_out")
+            .evaluate(message=f"{size} byte", gpus_per_node=2, nodes=world // 2)
+            .to("byte")
+            .magnitude
+        ),
+    }
     per_node = world // 2  # one channel per rank of a node
     z = torch.randn(world * per_node * 5, generator=gen, dtype=torch.float64)
     flat = z.clone()
@@ -280,12 +328,27 @@ def _two_level_checks(res: dict, gen) -> None:
     shape = {"gpus_per_node": per_node, "nodes": 2}
     size = z.numel() * z.element_size()
     res["multinode"] = [
-        {"kind": kind, "up": up, "out": out, **{
-            f"formula_{link}": float(formula(f"collectives.multinode.{kind}.bytes_sent_scale_{link}").evaluate(
-                message=f"{message} byte", **shape).to("byte").magnitude) for link in ("up", "out")}}
-        for kind, up, out, message in (("all_reduce", rs.up + ag.up, rs.out + ag.out, size),
-                                       ("reduce_scatter", rs.up, rs.out, size), ("all_gather", ag.up, ag.out, size),
-                                       ("all_to_all", a2a.up, a2a.out, y.numel() * y.element_size()))]
+        {
+            "kind": kind,
+            "up": up,
+            "out": out,
+            **{
+                f"formula_{link}": float(
+                    formula(f"collectives.multinode.{kind}.bytes_sent_scale_{link}")
+                    .evaluate(message=f"{message} byte", **shape)
+                    .to("byte")
+                    .magnitude
+                )
+                for link in ("up", "out")
+            },
+        }
+        for kind, up, out, message in (
+            ("all_reduce", rs.up + ag.up, rs.out + ag.out, size),
+            ("reduce_scatter", rs.up, rs.out, size),
+            ("all_gather", ag.up, ag.out, size),
+            ("all_to_all", a2a.up, a2a.out, y.numel() * y.element_size()),
+        )
+    ]
 
 
 def free_port() -> int:
@@ -296,6 +359,7 @@ def free_port() -> int:
 
 def _quiet():
     import warnings
+
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
 
 
@@ -310,9 +374,10 @@ def _worker(rank, world, port, outdir, check):
 
 
 def run(world: int, check=checks) -> list[dict]:
-    """Spawn ``world`` gloo ranks on 127.0.0.1, run ``check(rank, world)`` (a module-level function returning
-    JSON-ready data) on each, return their results."""
+    """Spawn ``world`` gloo ranks on 127.0.0.1, run ``check(rank, world)`` (a module-level function
+    returning JSON-ready data) on each, return their results."""
     import torch.multiprocessing as mp
+
     with tempfile.TemporaryDirectory() as outdir:
         mp.spawn(_worker, args=(world, free_port(), outdir, check), nprocs=world, join=True)
         return [json.loads(Path(outdir, f"{r}.json").read_text()) for r in range(world)]

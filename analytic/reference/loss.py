@@ -14,8 +14,8 @@ from .profiling import peak_live_bytes
 
 class VocabParallelCrossEntropy(torch.autograd.Function):
     """Megatron-LM's vocabulary-parallel cross entropy at t = 1 (megatron/core/tensor_parallel/
-    cross_entropy.py): an fp32 copy of the logits, the maximum subtracted and exp taken in place, the
-    softmax saved, and the gradient written over it in the backward."""
+    cross_entropy.py): an fp32 copy of the logits, the maximum subtracted and exp taken in place,
+    the softmax saved, and the gradient written over it in the backward."""
 
     @staticmethod
     def forward(ctx, logits, target):
@@ -69,9 +69,9 @@ def torchtitan_compiled_loss_parallel(logits: torch.Tensor, target: torch.Tensor
 
 @functools.cache
 def _mesh():
-    """A one-rank CPU device mesh, made once: every sharded loss runs on the same mesh, as in training
-    (with a fresh mesh per call, torch 2.13's Inductor fails to compile a sharded loss after an
-    eager one)."""
+    """A one-rank CPU device mesh, made once: every sharded loss runs on the same mesh, as in
+    training (with a fresh mesh per call, torch 2.13's Inductor fails to compile a sharded loss
+    after an eager one)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -81,7 +81,8 @@ def _mesh():
 
 
 def _vocabulary_sharded(logits: torch.Tensor):
-    """``logits`` as a DTensor sharded over the vocabulary on a one-rank process group of its own."""
+    """``logits`` as a DTensor sharded over the vocabulary on a one-rank process group of its
+    own."""
     from torch.distributed.tensor import DTensor, Shard
 
     return DTensor.from_local(logits, _mesh(), [Shard(1)], run_check=False)
@@ -89,39 +90,63 @@ def _vocabulary_sharded(logits: torch.Tensor):
 
 def _loss_parallel():
     from torch.distributed.tensor.parallel import loss_parallel
+
     return loss_parallel()
 
 
-LOSSES = {"megatron": megatron, "torchtitan": torchtitan, "torchtitan_loss_parallel": torchtitan_loss_parallel,
-          "torchtitan_compiled": torchtitan_compiled,
-          "torchtitan_compiled_loss_parallel": torchtitan_compiled_loss_parallel}
-#: the context a loss's forward and backward run in (TorchTitan's training step enters loss_parallel)
-CONTEXTS = {"torchtitan_loss_parallel": _loss_parallel, "torchtitan_compiled_loss_parallel": _loss_parallel}
+LOSSES = {
+    "megatron": megatron,
+    "torchtitan": torchtitan,
+    "torchtitan_loss_parallel": torchtitan_loss_parallel,
+    "torchtitan_compiled": torchtitan_compiled,
+    "torchtitan_compiled_loss_parallel": torchtitan_compiled_loss_parallel,
+}
+#: the context a loss's forward and backward run in (TorchTitan's training step enters
+#: loss_parallel)
+CONTEXTS = {
+    "torchtitan_loss_parallel": _loss_parallel,
+    "torchtitan_compiled_loss_parallel": _loss_parallel,
+}
 
 
 def _run(loss, context, hidden: torch.Tensor, target: torch.Tensor) -> None:
-    """One loss forward and backward from the output layer's 16-bit logits, as a training step takes it."""
+    """One loss forward and backward from the output layer's 16-bit logits, as a training step takes
+    it."""
     with context():
-        logits = hidden * 1  # the output layer's result: allocated here, freed once the loss is taken
+        logits = (
+            hidden * 1
+        )  # the output layer's result: allocated here, freed once the loss is taken
         value = loss(logits, target)
         del logits  # the training loop keeps only the loss
         value.backward()
 
 
 def peak_bytes_per_logit(name: str, tokens: int = 2048, vocab: int = 4096) -> float:
-    """Peak bytes allocated per logit by loss ``name`` of :data:`LOSSES`, on the CPU, from the output
-    layer's 16-bit logits through the loss's backward to the 16-bit gradient it hands back (a compiled
-    loss is compiled first, outside the measurement)."""
+    """Peak bytes allocated per logit by loss ``name`` of :data:`LOSSES`, on the CPU, from the
+    output layer's 16-bit logits through the loss's backward to the 16-bit gradient it hands back (a
+    compiled loss is compiled first, outside the measurement)."""
     loss, context = LOSSES[name], CONTEXTS.get(name, contextlib.nullcontext)
 
     def inputs():
-        return (torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True),
-                torch.randint(0, vocab, (tokens,)))
+        return (
+            torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True),
+            torch.randint(0, vocab, (tokens,)),
+        )
+
     if "compiled" in name:
         _run(loss, context, *inputs())
     hidden, target = inputs()
     return peak_live_bytes(lambda: _run(loss, context, hidden, target)) / (tokens * vocab)
 
 
-__all__ = ["CONTEXTS", "LOSSES", "VocabParallelCrossEntropy", "megatron", "peak_bytes_per_logit", "torchtitan",
-           "torchtitan_compiled", "torchtitan_compiled_loss_parallel", "torchtitan_loss_parallel"]
+__all__ = [
+    "CONTEXTS",
+    "LOSSES",
+    "VocabParallelCrossEntropy",
+    "megatron",
+    "peak_bytes_per_logit",
+    "torchtitan",
+    "torchtitan_compiled",
+    "torchtitan_compiled_loss_parallel",
+    "torchtitan_loss_parallel",
+]

@@ -19,7 +19,9 @@ class Result:
     makespan: float
     bubble: float  # makespan minus one stage's busy time (equal on every stage)
     peak_in_flight: list  # per stage: most microbatches whose activations are held at once
-    peak_layers: list  # per stage: most layer-microbatches held at once (the layers of the chunks in flight)
+    peak_layers: (
+        list  # per stage: most layer-microbatches held at once (the layers of the chunks in flight)
+    )
 
 
 def _orders(schedule, p, m, v):
@@ -60,13 +62,22 @@ def _orders(schedule, p, m, v):
     return orders
 
 
-def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0,
-             layers=None, work=None) -> Result:
+def simulate(
+    schedule: str,
+    p: int,
+    m: int,
+    v: int = 1,
+    t_f: float = 1.0,
+    t_b: float = 1.0,
+    t_w: float = 1.0,
+    layers=None,
+    work=None,
+) -> Result:
     """Run ``schedule`` on ``p`` stages with ``m`` microbatches (``v`` chunks per stage for the
-    interleaved schedule); t_f, t_b, t_w are one microbatch's times on one stage (a chunk takes 1/v).
-    ``layers`` gives each of the p·v model chunks' layer count, in model order (chunk c of stage i is
-    the (c·p + i)-th); None: one each. ``work`` scales each chunk's op times likewise (a stage with more
-    layers, or the output layer, takes longer); None: 1 each."""
+    interleaved schedule); t_f, t_b, t_w are one microbatch's times on one stage (a chunk takes
+    1/v). ``layers`` gives each of the p·v model chunks' layer count, in model order (chunk c of
+    stage i is the (c·p + i)-th); None: one each. ``work`` scales each chunk's op times likewise (a
+    stage with more layers, or the output layer, takes longer); None: 1 each."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
     if schedule == "interleaved" and m % p:
@@ -78,7 +89,9 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
     work = [1.0] * (p * v) if work is None else [float(w) for w in work]
     if len(work) != p * v:
         raise ValueError(f"work: expected {p * v} chunks' factors, got {len(work)}")
-    sim = _Simulation(p, v, {"F": t_f / v, "B": t_b / v, "W": t_w / v, "BW": (t_b + t_w) / v}, layers, work)
+    sim = _Simulation(
+        p, v, {"F": t_f / v, "B": t_b / v, "W": t_w / v, "BW": (t_b + t_w) / v}, layers, work
+    )
     if schedule in ("gpipe", "1f1b", "interleaved"):
         sim.fixed(_orders(schedule, p, m, v))
     else:
@@ -89,8 +102,8 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
 
 
 class _Simulation:
-    """The stages' state as ops run: when each op ended, when each stage is free, and the microbatches
-    and layer-microbatches each holds (and their peaks)."""
+    """The stages' state as ops run: when each op ended, when each stage is free, and the
+    microbatches and layer-microbatches each holds (and their peaks)."""
 
     def __init__(self, p: int, v: int, dur: dict, layers: list, work: list):
         self.p, self.dur, self.layers, self.work = p, dur, layers, work
@@ -105,7 +118,8 @@ class _Simulation:
         return c * self.p + i
 
     def ready(self, kind, j, i, c):
-        """When op ``kind`` of microbatch ``j`` on chunk ``c`` of stage ``i`` may start (None: not yet)."""
+        """When op ``kind`` of microbatch ``j`` on chunk ``c`` of stage ``i`` may start (None: not
+        yet)."""
         p, done, s = self.p, self.done, self.vs(i, c)
         if kind == "F":
             if s == 0:
@@ -138,7 +152,8 @@ class _Simulation:
             self.held_layers[i] -= self.layers[s]
 
     def fixed(self, orders: list) -> None:
-        """Each stage runs its op list in order, an op as soon as its stage is free and its inputs done."""
+        """Each stage runs its op list in order, an op as soon as its stage is free and its inputs
+        done."""
         pos = [0] * self.p
         remaining = sum(len(o) for o in orders)
         while remaining:
@@ -157,14 +172,16 @@ class _Simulation:
                 raise RuntimeError("schedule deadlocked")
 
     def greedy(self, m: int, limit: list) -> None:
-        """Zero-bubble scheduling: the earliest op that can start runs next, B before F before W, a stage
-        taking a new forward only below its in-flight ``limit``."""
-        todo = [{(kind, j): None for kind in ("F", "B", "W") for j in range(m)} for _ in range(self.p)]
+        """Zero-bubble scheduling: the earliest op that can start runs next, B before F before W, a
+        stage taking a new forward only below its in-flight ``limit``."""
+        todo = [
+            {(kind, j): None for kind in ("F", "B", "W") for j in range(m)} for _ in range(self.p)
+        ]
         prio = {"B": 0, "F": 1, "W": 2}
         while any(todo):
             best = None
             for i in range(self.p):
-                for (kind, j) in todo[i]:
+                for kind, j in todo[i]:
                     if kind == "F" and self.held[i] >= limit[i]:
                         continue
                     t = self.ready(kind, j, i, 0)

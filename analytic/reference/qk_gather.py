@@ -1,14 +1,16 @@
-"""TorchTitan's tensor-parallel plan of a Qwen3 attention block (2025) on a real gloo process group: the
-all-gathers its QK norms add, against the catalogue's ``parallelism.tp.qk_gather_bytes`` and
+"""TorchTitan's tensor-parallel plan of a Qwen3 attention block (2025) on a real gloo process group:
+the all-gathers its QK norms add, against the catalogue's ``parallelism.tp.qk_gather_bytes`` and
 ``parallelism.tp.qk_gather_bytes_backward``.
 
-The block is TorchTitan's Qwen3 ``Attention`` (``torchtitan/experiments/qwen3/model/model.py``: projections,
-per-head RMSNorm of queries and keys, RoPE, ``repeat_kv``, ``scaled_dot_product_attention``) under its plan
-(``torchtitan/experiments/qwen3/infra/parallelize.py``): the input all-gathered from its sequence shard,
-``wq``/``wk``/``wv`` ``ColwiseParallel(use_local_output=False)``, ``wo`` ``RowwiseParallel(output_layouts=
-Shard(1))``, and ``q_norm``/``k_norm`` either under TorchTitan's ``NoParallel(use_local_output=False)`` (its
-code below, as the plan ran until pytorch/torchtitan issue #1867) or under ``SequenceParallel(sequence_dim=2)``,
-the fix. Every all-gather dispatched in a forward and backward is recorded with the elements it gathers.
+The block is TorchTitan's Qwen3 ``Attention`` (``torchtitan/experiments/qwen3/model/model.py``:
+projections, per-head RMSNorm of queries and keys, RoPE, ``repeat_kv``,
+``scaled_dot_product_attention``) under its plan
+(``torchtitan/experiments/qwen3/infra/parallelize.py``): the input all-gathered from its sequence
+shard, ``wq``/``wk``/``wv`` ``ColwiseParallel(use_local_output=False)``, ``wo``
+``RowwiseParallel(output_layouts= Shard(1))``, and ``q_norm``/``k_norm`` either under TorchTitan's
+``NoParallel(use_local_output=False)`` (its code below, as the plan ran until pytorch/torchtitan
+issue #1867) or under ``SequenceParallel(sequence_dim=2)``, the fix. Every all-gather dispatched in
+a forward and backward is recorded with the elements it gathers.
 
 Run with :func:`analytic.reference.collectives.run` (``run(world, check)``).
 """
@@ -28,10 +30,10 @@ HIDDEN = HEADS * HEAD_DIM
 
 
 def _no_parallel():
-    """pytorch/torchtitan ``NoParallel`` (torchtitan/distributed/expert_parallel.py, 2025, which the Qwen3 plan
-    imports for its QK norms; its redistributions run synchronously here): parameters replicated, an input
-    whose declared layout is not Replicate redistributed to it, and an output whose placements are not
-    (Replicate(),) redistributed to Replicate()."""
+    """pytorch/torchtitan ``NoParallel`` (torchtitan/distributed/expert_parallel.py, 2025, which the
+    Qwen3 plan imports for its QK norms; its redistributions run synchronously here): parameters
+    replicated, an input whose declared layout is not Replicate redistributed to it, and an output
+    whose placements are not (Replicate(),) redistributed to Replicate()."""
     from torch.distributed.tensor import DTensor, Replicate, distribute_module
     from torch.distributed.tensor.parallel import ParallelStyle
 
@@ -57,15 +59,20 @@ def _no_parallel():
             return outputs.to_local() if use_local_output else outputs
 
         def _apply(self, module, device_mesh):
-            return distribute_module(module, device_mesh, None,
-                                     partial(self._prepare_input_fn, self.input_layout, self.desired_input_layout),
-                                     partial(self._prepare_output_fn, self.output_layout, self.use_local_output))
+            return distribute_module(
+                module,
+                device_mesh,
+                None,
+                partial(self._prepare_input_fn, self.input_layout, self.desired_input_layout),
+                partial(self._prepare_output_fn, self.output_layout, self.use_local_output),
+            )
 
     return NoParallel(use_local_output=False)
 
 
 class Attention(nn.Module):
-    """TorchTitan's Qwen3 attention: projections, QK norms, RoPE, repeated key and value heads, SDPA."""
+    """TorchTitan's Qwen3 attention: projections, QK norms, RoPE, repeated key and value heads,
+    SDPA."""
 
     def __init__(self):
         super().__init__()
@@ -87,19 +94,24 @@ class Attention(nn.Module):
             return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
 
         def repeat(t):  # model.py repeat_kv
-            return t.unsqueeze(3).expand(b, s, t.shape[2], HEADS // KV_HEADS, HEAD_DIM).reshape(b, s, -1, HEAD_DIM)
+            return (
+                t.unsqueeze(3)
+                .expand(b, s, t.shape[2], HEADS // KV_HEADS, HEAD_DIM)
+                .reshape(b, s, -1, HEAD_DIM)
+            )
 
         q, k, v = (t.transpose(1, 2) for t in (rotate(xq), repeat(rotate(xk)), repeat(xv)))
         return self.wo(_attention(q, k, v).transpose(1, 2).contiguous().view(b, s, -1))
 
 
 def _attention(q, k, v):
-    """SDPA on DTensors as DTensor's flash-attention strategy runs it on CUDA (torch/distributed/tensor/_ops/
-    _matrix_ops.py, scaled_dot_product_flash_attention_strategy): every input sharded on the heads, the
-    cheapest of its strategies for replicated queries and keys and head-sharded values (a local slice each);
-    DTensor registers no strategy for the CPU kernel, so the redistribution is made here and the kernel runs
-    on the local heads."""
+    """SDPA on DTensors as DTensor's flash-attention strategy runs it on CUDA
+    (torch/distributed/tensor/_ops/ _matrix_ops.py, scaled_dot_product_flash_attention_strategy):
+    every input sharded on the heads, the cheapest of its strategies for replicated queries and keys
+    and head-sharded values (a local slice each); DTensor registers no strategy for the CPU kernel,
+    so the redistribution is made here and the kernel runs on the local heads."""
     from torch.distributed.tensor import DTensor, Shard
+
     if not isinstance(q, DTensor):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     q, k, v = (t.redistribute(placements=(Shard(1),)) for t in (q, k, v))
@@ -108,8 +120,8 @@ def _attention(q, k, v):
 
 
 def _gathered(world: int, fixed: bool) -> list[int]:
-    """Elements of each all-gather of one forward and backward of the block under the plan, the QK norms
-    under NoParallel (``fixed`` False) or SequenceParallel(sequence_dim=2)."""
+    """Elements of each all-gather of one forward and backward of the block under the plan, the QK
+    norms under NoParallel (``fixed`` False) or SequenceParallel(sequence_dim=2)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
@@ -119,17 +131,27 @@ def _gathered(world: int, fixed: bool) -> list[int]:
         SequenceParallel,
         parallelize_module,
     )
+
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
     block = Attention()
     norm = (lambda: SequenceParallel(sequence_dim=2)) if fixed else _no_parallel
-    parallelize_module(block, mesh, {
-        "": PrepareModuleInput(input_layouts=(Shard(1), Replicate(), Replicate()),
-                               desired_input_layouts=(Replicate(), Replicate(), Replicate())),
-        "wq": ColwiseParallel(use_local_output=False), "wk": ColwiseParallel(use_local_output=False),
-        "wv": ColwiseParallel(use_local_output=False), "q_norm": norm(), "k_norm": norm(),
-        "wo": RowwiseParallel(output_layouts=Shard(1)),
-    })
+    parallelize_module(
+        block,
+        mesh,
+        {
+            "": PrepareModuleInput(
+                input_layouts=(Shard(1), Replicate(), Replicate()),
+                desired_input_layouts=(Replicate(), Replicate(), Replicate()),
+            ),
+            "wq": ColwiseParallel(use_local_output=False),
+            "wk": ColwiseParallel(use_local_output=False),
+            "wv": ColwiseParallel(use_local_output=False),
+            "q_norm": norm(),
+            "k_norm": norm(),
+            "wo": RowwiseParallel(output_layouts=Shard(1)),
+        },
+    )
     angle = torch.arange(SEQUENCE).float()[:, None] / 10 ** (torch.arange(HEAD_DIM) / HEAD_DIM)
     cos, sin = angle.cos()[None, :, None, :], angle.sin()[None, :, None, :]
     x = torch.randn(BATCH, SEQUENCE // world, HIDDEN, requires_grad=True)
@@ -140,17 +162,31 @@ def _gathered(world: int, fixed: bool) -> list[int]:
 
 
 def checks(rank: int, world: int) -> dict:
-    """The elements all-gathered in one forward and backward of the block, its QK norms under NoParallel and
-    under SequenceParallel(sequence_dim=2), and the catalogue's messages of the QK gathers (forward and
-    backward) at this block's shape, in elements."""
+    """The elements all-gathered in one forward and backward of the block, its QK norms under
+    NoParallel and under SequenceParallel(sequence_dim=2), and the catalogue's messages of the QK
+    gathers (forward and backward) at this block's shape, in elements."""
     from ..formulas import formula
-    shape = dict(seq_len=SEQUENCE, microbatch_size=BATCH, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
-                 element_bytes="1 B")
+
+    shape = dict(
+        seq_len=SEQUENCE,
+        microbatch_size=BATCH,
+        heads=HEADS,
+        kv_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        element_bytes="1 B",
+    )
     return {
-        "no_parallel": _gathered(world, fixed=False), "sequence_parallel": _gathered(world, fixed=True),
-        "catalogue_forward": float(formula("parallelism.tp.qk_gather_bytes").evaluate(**shape).to("byte").magnitude),
-        "catalogue_backward": float(formula("parallelism.tp.qk_gather_bytes_backward").evaluate(
-            **{k: v for k, v in shape.items() if k != "kv_heads"}).to("byte").magnitude),
+        "no_parallel": _gathered(world, fixed=False),
+        "sequence_parallel": _gathered(world, fixed=True),
+        "catalogue_forward": float(
+            formula("parallelism.tp.qk_gather_bytes").evaluate(**shape).to("byte").magnitude
+        ),
+        "catalogue_backward": float(
+            formula("parallelism.tp.qk_gather_bytes_backward")
+            .evaluate(**{k: v for k, v in shape.items() if k != "kv_heads"})
+            .to("byte")
+            .magnitude
+        ),
     }
 
 

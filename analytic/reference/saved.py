@@ -1,8 +1,9 @@
-"""The bytes a layer's forward leaves saved for its backward, on real tensors: an MLA attention half and
-an MoE MLP half as Megatron-Core builds them, with fused norms, FlashAttention and a fused
-probability-weighted SwiGLU (what ``memory.activations.attention_mla`` and ``memory.activations.mlp_moe``
-count), and a Llama layer as Megatron-LM's model before Megatron-Core builds it (what
-``memory.activations.layer_flash_swiglu`` and ``memory.activations.legacy.*`` count)."""
+"""The bytes a layer's forward leaves saved for its backward, on real tensors: an MLA attention half
+and an MoE MLP half as Megatron-Core builds them, with fused norms, FlashAttention and a fused
+probability-weighted SwiGLU (what ``memory.activations.attention_mla`` and
+``memory.activations.mlp_moe`` count), and a Llama layer as Megatron-LM's model before Megatron-Core
+builds it (what ``memory.activations.layer_flash_swiglu`` and ``memory.activations.legacy.*``
+count)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import torch.nn.functional as F
 
 
 class FusedRMSNorm(torch.autograd.Function):
-    """RMSNorm as a fused kernel runs it (Transformer Engine, Apex): its input and the fp32 reciprocal
-    RMS per row are saved, nothing else."""
+    """RMSNorm as a fused kernel runs it (Transformer Engine, Apex): its input and the fp32
+    reciprocal RMS per row are saved, nothing else."""
 
     @staticmethod
     def forward(ctx, x, weight):
@@ -27,13 +28,15 @@ class FusedRMSNorm(torch.autograd.Function):
         with torch.enable_grad():
             x_ = x.detach().requires_grad_()
             w_ = weight.detach().requires_grad_()
-            y = (x_.float() * torch.rsqrt(x_.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w_
+            y = (x_.float() * torch.rsqrt(x_.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(
+                x.dtype
+            ) * w_
             return torch.autograd.grad(y, (x_, w_), grad)
 
 
 class WeightedSwiGLU(torch.autograd.Function):
-    """Megatron-Core's fused SwiGLU, silu(gate)·up, weighted by the routing probabilities where given
-    (weighted_bias_swiglu_impl): its input and the probabilities are saved, not its output."""
+    """Megatron-Core's fused SwiGLU, silu(gate)·up, weighted by the routing probabilities where
+    given (weighted_bias_swiglu_impl): its input and the probabilities are saved, not its output."""
 
     @staticmethod
     def forward(ctx, gate_up, prob=None):
@@ -47,24 +50,33 @@ class WeightedSwiGLU(torch.autograd.Function):
         with torch.enable_grad():
             g_ = gate_up.detach().requires_grad_()
             gate, up = g_.chunk(2, dim=-1)
-            return torch.autograd.grad((F.silu(gate) * up * (1 if prob is None else prob)).to(gate_up.dtype), g_, grad)[0], None
+            return (
+                torch.autograd.grad(
+                    (F.silu(gate) * up * (1 if prob is None else prob)).to(gate_up.dtype), g_, grad
+                )[0],
+                None,
+            )
 
 
 class FlashAttention(torch.autograd.Function):
-    """Causal attention as FlashAttention runs it (Dao 2023, Algorithm 1-2): Q, K, V, the output and the
-    fp32 log-sum-exp of each query row per head are saved; the scores are recomputed in the backward.
-    Tensors are [s, a, d], sequence first as Megatron-Core's, or [b, s, a, d] as the flash-attn package
-    takes them; Q and K may have a wider head than V, as MLA's do."""
+    """Causal attention as FlashAttention runs it (Dao 2023, Algorithm 1-2): Q, K, V, the output and
+    the fp32 log-sum-exp of each query row per head are saved; the scores are recomputed in the
+    backward. Tensors are [s, a, d], sequence first as Megatron-Core's, or [b, s, a, d] as the
+    flash-attn package takes them; Q and K may have a wider head than V, as MLA's do."""
 
     @staticmethod
     def _attend(q, k, v):
         if q.dim() == 4:  # [b, s, a, d]: each sequence's heads attend alone
             b, s = q.shape[:2]
-            out, lse = FlashAttention._attend(*(t.transpose(0, 1).reshape(s, b * t.shape[2], t.shape[3]) for t in (q, k, v)))
+            out, lse = FlashAttention._attend(
+                *(t.transpose(0, 1).reshape(s, b * t.shape[2], t.shape[3]) for t in (q, k, v))
+            )
             return out.reshape(s, b, q.shape[2], v.shape[3]).transpose(0, 1), lse
         q, k, v = (t.float().transpose(0, 1) for t in (q, k, v))
         scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
-        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+        scores = scores.masked_fill(
+            torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf")
+        )
         lse = scores.logsumexp(-1)
         return ((scores - lse.unsqueeze(-1)).exp() @ v).transpose(0, 1), lse
 
@@ -80,7 +92,9 @@ class FlashAttention(torch.autograd.Function):
         q, k, v, _, _ = ctx.saved_tensors
         with torch.enable_grad():
             q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
-            return torch.autograd.grad(FlashAttention._attend(q_, k_, v_)[0].to(v.dtype), (q_, k_, v_), grad)
+            return torch.autograd.grad(
+                FlashAttention._attend(q_, k_, v_)[0].to(v.dtype), (q_, k_, v_), grad
+            )
 
 
 def _norm(x, weight):
@@ -88,16 +102,22 @@ def _norm(x, weight):
 
 
 class MLAHalf(nn.Module):
-    """Multi-head latent attention (DeepSeek-V2 §2.1) as Megatron-Core's MLA: the input norm, query and
-    key/value down-projections, the latents' norms, up-projections, Q and K of d_h + d_r per head (the
-    RoPE part shared by the heads' keys), V of d_h, causal SDPA, the output projection. RoPE itself is left
-    out (elementwise, saves nothing)."""
+    """Multi-head latent attention (DeepSeek-V2 §2.1) as Megatron-Core's MLA: the input norm, query
+    and key/value down-projections, the latents' norms, up-projections, Q and K of d_h + d_r per
+    head (the RoPE part shared by the heads' keys), V of d_h, causal SDPA, the output projection.
+    RoPE itself is left out (elementwise, saves nothing)."""
 
-    def __init__(self, hidden: int, heads: int, head_dim: int, rope_dim: int, q_rank: int, kv_rank: int):
+    def __init__(
+        self, hidden: int, heads: int, head_dim: int, rope_dim: int, q_rank: int, kv_rank: int
+    ):
         super().__init__()
         self.a, self.d, self.r = heads, head_dim, rope_dim
-        self.norm, self.q_norm, self.kv_norm = (nn.Parameter(torch.ones(n)) for n in (hidden, q_rank, kv_rank))
-        self.q_down, self.kv_down = nn.Linear(hidden, q_rank, bias=False), nn.Linear(hidden, kv_rank + rope_dim, bias=False)
+        self.norm, self.q_norm, self.kv_norm = (
+            nn.Parameter(torch.ones(n)) for n in (hidden, q_rank, kv_rank)
+        )
+        self.q_down, self.kv_down = nn.Linear(hidden, q_rank, bias=False), nn.Linear(
+            hidden, kv_rank + rope_dim, bias=False
+        )
         self.q_up = nn.Linear(q_rank, heads * (head_dim + rope_dim), bias=False)
         self.kv_up = nn.Linear(kv_rank, heads * 2 * head_dim, bias=False)
         self.out = nn.Linear(heads * head_dim, hidden, bias=False)
@@ -116,24 +136,28 @@ class MLAHalf(nn.Module):
 
 class MoEHalf(nn.Module):
     """An MoE MLP as Megatron-Core's: the norm, a router whose top-k choice and probabilities come
-    from its scores, each token copied to its k experts (the dispatch), each expert's gate-and-up matmul,
-    the weighted SwiGLU and its down matmul, the copies summed back (the combine); ``shared`` experts
-    of the same width beside them."""
+    from its scores, each token copied to its k experts (the dispatch), each expert's gate-and-up
+    matmul, the weighted SwiGLU and its down matmul, the copies summed back (the combine);
+    ``shared`` experts of the same width beside them."""
 
     def __init__(self, hidden: int, experts: int, topk: int, shared: int, expert_hidden: int):
         super().__init__()
         self.k, self.n = topk, experts
         self.norm = nn.Parameter(torch.ones(hidden))
         self.router = nn.Linear(hidden, experts, bias=False)
-        self.w13 = nn.Parameter(torch.randn(experts, hidden, 2 * expert_hidden) / hidden ** 0.5)
-        self.w2 = nn.Parameter(torch.randn(experts, expert_hidden, hidden) / expert_hidden ** 0.5)
-        self.shared13 = nn.Linear(hidden, shared * 2 * expert_hidden, bias=False) if shared else None
+        self.w13 = nn.Parameter(torch.randn(experts, hidden, 2 * expert_hidden) / hidden**0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, expert_hidden, hidden) / expert_hidden**0.5)
+        self.shared13 = (
+            nn.Linear(hidden, shared * 2 * expert_hidden, bias=False) if shared else None
+        )
         self.shared2 = nn.Linear(shared * expert_hidden, hidden, bias=False) if shared else None
 
     def forward(self, x):
         s, h = x.shape
         y = _norm(x, self.norm)
-        with torch.no_grad():  # routing: the router's own saved scores are not what this half measures
+        with (
+            torch.no_grad()
+        ):  # routing: the router's own saved scores are not what this half measures
             scores = torch.sigmoid(self.router(y).float())
             top = scores.topk(self.k, dim=-1).indices
             prob = scores.gather(-1, top)  # [s, k] fp32
@@ -144,50 +168,62 @@ class MoEHalf(nn.Module):
         outs, start = [], 0
         for e, n in enumerate(counts):
             rows = slice(start, start + n)
-            act = WeightedSwiGLU.apply(copies[rows] @ self.w13[e], prob.flatten()[order[rows]].unsqueeze(-1))
+            act = WeightedSwiGLU.apply(
+                copies[rows] @ self.w13[e], prob.flatten()[order[rows]].unsqueeze(-1)
+            )
             outs.append(act @ self.w2[e])
             start += n
-        out = torch.cat(outs)[order.argsort()].view(s, self.k, h).sum(1)  # the combine, back in token order
+        out = (
+            torch.cat(outs)[order.argsort()].view(s, self.k, h).sum(1)
+        )  # the combine, back in token order
         if self.shared13 is not None:
             out = out + self.shared2(WeightedSwiGLU.apply(self.shared13(y)))
         return x + out
 
 
 def _dropout(x, p):
-    """Training-mode dropout as F.dropout runs it on a GPU (native_dropout: a 1-byte mask saved); on a CPU
-    F.dropout itself multiplies by a noise tensor of the input's dtype instead."""
+    """Training-mode dropout as F.dropout runs it on a GPU (native_dropout: a 1-byte mask saved); on
+    a CPU F.dropout itself multiplies by a noise tensor of the input's dtype instead."""
     return torch.native_dropout(x, p, True)[0]
 
 
 class LegacyLlamaLayer(nn.Module):
     """A Llama layer as Megatron-LM's model before Megatron-Core runs it with --use-flash-attn and
-    --swiglu (megatron/model/transformer.py, 2023): fused RMSNorms, Q, K and V rearranged into contiguous
-    [b, s, a, d] copies for the flash-attn kernel, its output rearranged back into a contiguous
-    [s, b, a·d] tensor for the output projection, hidden dropout in each bias_dropout_add, and the
-    SwiGLU as F.silu(gate) * up. Input [s, b, h]."""
+    --swiglu (megatron/model/transformer.py, 2023): fused RMSNorms, Q, K and V rearranged into
+    contiguous [b, s, a, d] copies for the flash-attn kernel, its output rearranged back into a
+    contiguous [s, b, a·d] tensor for the output projection, hidden dropout in each
+    bias_dropout_add, and the SwiGLU as F.silu(gate) * up. Input [s, b, h]."""
 
     def __init__(self, hidden: int, heads: int, ffn_hidden: int, dropout: float = 0.1):
         super().__init__()
         self.a, self.p = heads, dropout
         self.norm1, self.norm2 = nn.Parameter(torch.ones(hidden)), nn.Parameter(torch.ones(hidden))
-        self.qkv, self.dense = nn.Linear(hidden, 3 * hidden, bias=False), nn.Linear(hidden, hidden, bias=False)
-        self.h_to_4h, self.four_h_to_h = nn.Linear(hidden, 2 * ffn_hidden, bias=False), nn.Linear(ffn_hidden, hidden, bias=False)
+        self.qkv, self.dense = nn.Linear(hidden, 3 * hidden, bias=False), nn.Linear(
+            hidden, hidden, bias=False
+        )
+        self.h_to_4h, self.four_h_to_h = nn.Linear(hidden, 2 * ffn_hidden, bias=False), nn.Linear(
+            ffn_hidden, hidden, bias=False
+        )
 
     def forward(self, x):
         s, b, h = x.shape
         qkv = self.qkv(_norm(x, self.norm1)).view(s, b, 3, self.a, h // self.a)
-        q, k, v = (qkv[:, :, i].transpose(0, 1).contiguous() for i in range(3))  # rearrange 's b ... -> b s ...'
-        context = FlashAttention.apply(q, k, v).transpose(0, 1).reshape(s, b, h).contiguous()  # 'b s h d -> s b (h d)'
+        q, k, v = (
+            qkv[:, :, i].transpose(0, 1).contiguous() for i in range(3)
+        )  # rearrange 's b ... -> b s ...'
+        context = (
+            FlashAttention.apply(q, k, v).transpose(0, 1).reshape(s, b, h).contiguous()
+        )  # 'b s h d -> s b (h d)'
         x = x + _dropout(self.dense(context), self.p)
         gate, up = torch.chunk(self.h_to_4h(_norm(x, self.norm2)), 2, dim=-1)
         return x + _dropout(self.four_h_to_h(F.silu(gate) * up), self.p)
 
 
 def saved_bytes(module: nn.Module, tokens: int, hidden: int, batch: int | None = None) -> dict:
-    """Bytes of the distinct storages ``module``'s bf16 forward on ``tokens`` tokens ([tokens, hidden], or
-    [tokens, batch, hidden] sequences when ``batch`` is given) saves for its backward, by dtype ("bfloat16",
-    "float32", "bool": dropout masks); its parameters (model states) and integer index tensors (the
-    dispatch's bookkeeping) left out."""
+    """Bytes of the distinct storages ``module``'s bf16 forward on ``tokens`` tokens ([tokens,
+    hidden], or [tokens, batch, hidden] sequences when ``batch`` is given) saves for its backward,
+    by dtype ("bfloat16", "float32", "bool": dropout masks); its parameters (model states) and
+    integer index tensors (the dispatch's bookkeeping) left out."""
     module = module.to(torch.bfloat16)
     params = {p.untyped_storage().data_ptr() for p in module.parameters()}
     seen: dict[int, tuple] = {}
@@ -209,4 +245,12 @@ def saved_bytes(module: nn.Module, tokens: int, hidden: int, batch: int | None =
     return out
 
 
-__all__ = ["FlashAttention", "FusedRMSNorm", "LegacyLlamaLayer", "MLAHalf", "MoEHalf", "WeightedSwiGLU", "saved_bytes"]
+__all__ = [
+    "FlashAttention",
+    "FusedRMSNorm",
+    "LegacyLlamaLayer",
+    "MLAHalf",
+    "MoEHalf",
+    "WeightedSwiGLU",
+    "saved_bytes",
+]

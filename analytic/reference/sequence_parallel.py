@@ -27,20 +27,30 @@ def _scatter(x, group):
 
 
 def _compiled_kernels(fn, *args) -> list[str]:
-    """Names of the kernels Inductor generates for ``fn`` (collectives and extern matmuls are not kernels)."""
+    """Names of the kernels Inductor generates for ``fn`` (collectives and extern matmuls are not
+    kernels)."""
     from torch._inductor.utils import run_and_get_code
+
     torch._dynamo.reset()
     _, code = run_and_get_code(torch.compile(fn), *args)
-    return sorted({line.split("=")[0].strip() for src in code for line in src.splitlines()
-                   if "= async_compile." in line})
+    return sorted(
+        {
+            line.split("=")[0].strip()
+            for src in code
+            for line in src.splitlines()
+            if "= async_compile." in line
+        }
+    )
 
 
 def checks(rank: int, world: int) -> dict:
-    """Per token of the microbatch, the elements the copies around one all-gather and one reduce-scatter on
-    the sequence dimension move (each copy reads and writes its tensor), eager; the catalogue's count for a
-    block's two of each, halved, at this hidden size; and, compiled, the kernels Inductor puts between an
-    all-gather and the matmul after it and between a matmul and the reduce-scatter after it."""
+    """Per token of the microbatch, the elements the copies around one all-gather and one
+    reduce-scatter on the sequence dimension move (each copy reads and writes its tensor), eager;
+    the catalogue's count for a block's two of each, halved, at this hidden size; and, compiled, the
+    kernels Inductor puts between an all-gather and the matmul after it and between a matmul and the
+    reduce-scatter after it."""
     from ..formulas import formula
+
     group = dist.group.WORLD
     torch.manual_seed(0)
     shard = torch.randn(BATCH, SEQUENCE // world, HIDDEN)
@@ -51,9 +61,12 @@ def checks(rank: int, world: int) -> dict:
         scattered = fc.wait_tensor(_scatter(full, group))
     tokens = BATCH * SEQUENCE
     return {
-        "gathered": list(gathered.shape), "scattered": list(scattered.shape),
+        "gathered": list(gathered.shape),
+        "scattered": list(scattered.shape),
         "moved_per_token": 2 * sum(copies.elements) / tokens,  # read and write
-        "catalogue_per_token": float(formula("compute.memory_bound.sp_relayout").evaluate(hidden=HIDDEN)) / 2,
+        "catalogue_per_token": (
+            float(formula("compute.memory_bound.sp_relayout").evaluate(hidden=HIDDEN)) / 2
+        ),
         "after_gather": _compiled_kernels(lambda x, w: _gather(x, group) @ w, shard, weight),
         "before_scatter": _compiled_kernels(lambda x, w: _scatter(x @ w, group), full, weight),
     }
