@@ -4,8 +4,8 @@ Memory, FLOPs, collective bytes and seconds, pipeline bubbles, step time, MFU an
 sympy expressions whose symbols carry pint units.
 
 ``import analytic`` imports neither sympy, pint nor numpy: each public name is imported from its
-module when it is first used. The subpackages, each importing only those listed before it:
-``core`` (units, symbols, values, Formula, numeric programs, the cache), ``formulas`` (the catalogue),
+module when it is first used. The subpackages, each importing only those listed before it: ``core``
+(units, symbols, values, Formula, numeric programs, the cache), ``formulas`` (the catalogue),
 ``presets`` (models, hardware, stacks and their data), ``plan`` (Plan in stages), ``search`` (layout
 search and sweeps), ``fit`` (validation, calibration, derivations), ``cli`` (the command line) and
 ``reference`` (the numeric torch reference).
@@ -39,7 +39,8 @@ _LAZY = {"Formula": "core.formula", "formula": "formulas", "formulas": "formulas
 #: public names read anew at each use (the registry in use can change: ``an.use_registry``)
 _CURRENT = {"ureg", "Q_"}
 
-#: modules of the notation, by the names they had at the package's top: ``an.errors``, ``an.symbols``
+#: modules of the notation, by the names they had at the package's top: ``an.errors``,
+#: ``an.symbols``
 _MODULES = {"errors": "core.errors", "symbols": "core.symbols"}
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
@@ -70,8 +71,8 @@ class _Package(types.ModuleType):
 
 sys.modules[__name__].__class__ = _Package
 
-# the library's units in pint's application registry as soon as pint is loaded, so that quantities pickled
-# by another process unpickle here (pint itself is not imported for it)
+# the library's units in pint's application registry as soon as pint is loaded, so that quantities
+# pickled by another process unpickle here (pint itself is not imported for it)
 from .core.registry import define_if_loaded  # noqa: E402
 
 define_if_loaded()

@@ -51,8 +51,9 @@ def _valid(plan, keyword: str, value: int) -> bool:
 
 
 def _unshrinking(plan, keyword: str, limit: int) -> str:
-    """The memory parts that do not fall as ``keyword`` grows to ``limit``, with their sum there: those
-    of the stage that is the worst at ``limit`` (of the worst stage, whichever, where pp is free)."""
+    """The memory parts that do not fall as ``keyword`` grows to ``limit``, with their sum there:
+    those of the stage that is the worst at ``limit`` (of the worst stage, whichever, where pp is
+    free)."""
 
     def at(f, v):
         return (f.subs(**{keyword: v}) if keyword in f.symbols else f).value().to("GB").magnitude
@@ -83,14 +84,16 @@ def _grid(fn, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def smallest_fitting(plan, keyword: str, *, limit: int = 1 << 20, at_limit: bool = False) -> int:
-    """Smallest integer value of ``keyword`` (free in ``plan``) whose layout is valid and fits: at its
-    predicted peak (:meth:`Plan.memory_verdict` "fits"), or with ``at_limit`` at the allocator's limit too."""
+    """Smallest integer value of ``keyword`` (free in ``plan``) whose layout is valid and fits: at
+    its predicted peak (:meth:`Plan.memory_verdict` "fits"), or with ``at_limit`` at the allocator's
+    limit too."""
     return smallest_fitting_detail(plan, keyword, limit=limit, at_limit=at_limit)["value"]
 
 
 def _verdicts(plan, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
-    """Values 1..``limit`` of ``keyword`` and each one's memory verdict, as :meth:`Plan.memory_verdict`
-    decides it (indices of ``MEMORY_VERDICTS``; whether each is a valid layout is not asked)."""
+    """Values 1..``limit`` of ``keyword`` and each one's memory verdict, as
+    :meth:`Plan.memory_verdict` decides it (indices of ``MEMORY_VERDICTS``; whether each is a valid
+    layout is not asked)."""
     from .plan.verdict import verdicts
     xs, room = _grid(_one_free(plan.expr("memory.headroom"), keyword).lambdify(), keyword, limit)
     _, counted = _grid(_one_free(plan.expr("memory.total"), keyword).lambdify(), keyword, limit)
@@ -100,11 +103,12 @@ def _verdicts(plan, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20, at_limit: bool = False) -> dict:
-    """:func:`smallest_fitting` with its reasons: ``value``, its ``verdict``, the ``memory`` counted there and
-    its ``expression``; ``fits_from``, the smallest value that fits, and ``skipped``, why the values between
-    it and ``value`` are not valid layouts (the first's reason); ``at_limit_from``, the smallest valid value
-    that fits only at the allocator's limit, where one is smaller than ``value`` (else None). When none fits
-    the AnalyticError says which memory parts do not shrink with ``keyword``."""
+    """:func:`smallest_fitting` with its reasons: ``value``, its ``verdict``, the ``memory`` counted
+    there and its ``expression``; ``fits_from``, the smallest value that fits, and ``skipped``, why
+    the values between it and ``value`` are not valid layouts (the first's reason);
+    ``at_limit_from``, the smallest valid value that fits only at the allocator's limit, where one
+    is smaller than ``value`` (else None). When none fits the AnalyticError says which memory parts
+    do not shrink with ``keyword``."""
     limit = count("limit", limit, allow_symbol=False)
     xs, verdict = _verdicts(plan, keyword, min(limit, MAX_GRID))
     counted = [int(x) for x in xs[verdict <= 1]]
@@ -143,10 +147,10 @@ def _objective(plan, objective: str) -> Formula:
 
 
 def optimise(plan, keyword: str, objective: str = "step_time", *, fits: bool = True, limit: int = 1 << 16) -> dict:
-    """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (``choices.OBJECTIVES``): step time,
-    cost in GPU-seconds per token, or MFU; with ``fits`` only among the values that fit at their predicted
-    peak (:meth:`Plan.memory_verdict` "fits"). ``continuous`` is the real-valued optimum (memory not considered), ``value`` the objective at
-    ``best``."""
+    """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (``choices.OBJECTIVES``): step
+    time, cost in GPU-seconds per token, or MFU; with ``fits`` only among the values that fit at
+    their predicted peak (:meth:`Plan.memory_verdict` "fits"). ``continuous`` is the real-valued
+    optimum (memory not considered), ``value`` the objective at ``best``."""
     from scipy.optimize import minimize_scalar
 
     limit = count("limit", limit, allow_symbol=False)
@@ -254,7 +258,8 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
                   dtype: str = "bf16", threshold: float = 1.0) -> dict:
     """The TP degree at which one layer's TP all-reduce time reaches ``threshold`` times its compute
     time (1: equals it; 0.1: a tenth of it), in closed form in t: 4 all-reduces of s·b·h·e bytes
-    each, 2(t−1)/t of them sent, against the layer's training FLOPs split t ways. Latency neglected."""
+    each, 2(t−1)/t of them sent, against the layer's training FLOPs split t ways. Latency
+    neglected."""
     t = sym("tp")
     s_ = count("seq_len", seq_len, allow_symbol=False)
     b_ = count("microbatch_size", microbatch_size, allow_symbol=False)

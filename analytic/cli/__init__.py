@@ -1,1 +1,2 @@
-"""The ``analytic`` command: its parser and entry point (:mod:`.main`), its commands, flags, story and plots."""
+"""The ``analytic`` command: its parser and entry point (:mod:`.main`), its commands, flags, story
+and plots."""

@@ -41,7 +41,8 @@ def cmd_validate(args) -> int:
 
 def _write_text(path: str, text: str) -> None:
     """Write ``text`` to exactly ``path`` (a file the user named; ``-``: standard output), through a
-    file created exclusively beside it (:func:`analytic.core.files.write_text`), or fail with one line."""
+    file created exclusively beside it (:func:`analytic.core.files.write_text`), or fail with one
+    line."""
     from pathlib import Path
 
     from ..core.files import write_text
@@ -54,7 +55,8 @@ def _write_text(path: str, text: str) -> None:
 
 
 def _calibrate_gemm(args) -> int:
-    """``calibrate --gemm``: time GEMMs and a copy here, fit, print (or ``--json``), ``--write`` a profile."""
+    """``calibrate --gemm``: time GEMMs and a copy here, fit, print (or ``--json``), ``--write`` a
+    profile."""
     try:
         import torch
     except ImportError:

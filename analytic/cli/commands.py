@@ -1,4 +1,5 @@
-"""The commands of ``analytic``: each reads its flags (:mod:`analytic.cli.flags`) and prints text or JSON."""
+"""The commands of ``analytic``: each reads its flags (:mod:`analytic.cli.flags`) and prints text or
+JSON."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def _fmt(v) -> str:
 
 
 def cmd_step(args) -> int:
-    """`analytic step`: the story of one step; a plan that does not fit says so first, with the layouts of its
-    GPUs that fit, and a model given without a layout that does not fit takes search's fastest."""
+    """`analytic step`: the story of one step; a plan that does not fit says so first, with the
+    layouts of its GPUs that fit, and a model given without a layout that does not fit takes
+    search's fastest."""
     plan, extra = build_plan(args)
     from .fitting import layout_given, layout_text, search_like, verdict_lines
     from .story import lines
@@ -64,8 +66,9 @@ STORY_WIDTH = 120
 
 
 def _story_rows(ln, every_source: bool) -> list[str]:
-    """A story line in at most :data:`STORY_WIDTH` columns: its label (wrapped) and value, then the source
-    text's figure and the formulas it came from, on the same row where they fit, else on rows of their own."""
+    """A story line in at most :data:`STORY_WIDTH` columns: its label (wrapped) and value, then the
+    source text's figure and the formulas it came from, on the same row where they fit, else on rows
+    of their own."""
     import textwrap
 
     from .story import shown_sources
@@ -104,7 +107,8 @@ def _stack_said(plan) -> tuple[list[str], dict]:
 
 
 def cmd_memory(args) -> int:
-    """`analytic memory`: the plan's memory per GPU, its verdict, the allocator's peak and what fits instead."""
+    """`analytic memory`: the plan's memory per GPU, its verdict, the allocator's peak and what fits
+    instead."""
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
     from ..core.errors import PresetError
@@ -146,9 +150,10 @@ def cmd_memory(args) -> int:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """What `analytic memory` prints: the plan, its memory and rows in GB, its stages, notes, headroom and
-    verdict, the allocator's predicted peak with its interval, the stacks it was measured on and the memory
-    outside it (None without a reserve), and the one-setting changes that make it fit."""
+    """What `analytic memory` prints: the plan, its memory and rows in GB, its stages, notes,
+    headroom and verdict, the allocator's predicted peak with its interval, the stacks it was
+    measured on and the memory outside it (None without a reserve), and the one-setting changes that
+    make it fit."""
 
     plan: object
     mem: object
@@ -166,8 +171,8 @@ class MemoryReport:
 
 
 def _memory_json(r: MemoryReport, args, fitting_layouts: list) -> None:
-    """The report as JSON (GB), the stages' parts with ``--stages``; where the plan does not fit at its
-    predicted peak, the layouts of its GPUs that do."""
+    """The report as JSON (GB), the stages' parts with ``--stages``; where the plan does not fit at
+    its predicted peak, the layouts of its GPUs that do."""
     plan, mem, rows, stages, notes, headroom = r.plan, r.mem, r.rows, r.stages, r.notes, r.headroom
     fit, peak, low, high, measured, outside, changes = r.fit, r.peak, r.low, r.high, r.measured, r.outside, r.changes
     from ..core.choices import MEMORY_PARTS as PARTS
@@ -184,8 +189,8 @@ def _memory_json(r: MemoryReport, args, fitting_layouts: list) -> None:
 
 
 def _memory_text(r: MemoryReport) -> None:
-    """The memory of each part, the verdict, what lies outside the allocator and in host memory, the peak, the
-    changes that make it fit and the stages."""
+    """The memory of each part, the verdict, what lies outside the allocator and in host memory, the
+    peak, the changes that make it fit and the stages."""
     from .story import node_host_memory
     plan, mem, rows, stages, notes = r.plan, r.mem, r.rows, r.stages, r.notes
     headroom, peak, outside, changes = r.headroom, r.peak, r.outside, r.changes
@@ -446,7 +451,8 @@ def cmd_plot(args) -> int:
 
 
 def _free_plan(args, question: str):
-    """The plan of the flags with the degree ``--free`` left as its symbol, and the build's extras."""
+    """The plan of the flags with the degree ``--free`` left as its symbol, and the build's
+    extras."""
     import analytic as an
     if args.free is None:
         raise CLIError(f"solve {question}: give --free AXIS (the degree to solve for: tp, pp, dp, cp or ep)")
@@ -459,8 +465,9 @@ def _free_plan(args, question: str):
 
 
 def _smallest(free: str, detail: dict, plan) -> tuple[dict, str]:
-    """``solve smallest``'s answer as data and as a line: the value, its verdict with the predicted peak,
-    the values skipped and, where a smaller one fits only at the allocator's limit, that one."""
+    """``solve smallest``'s answer as data and as a line: the value, its verdict with the predicted
+    peak, the values skipped and, where a smaller one fits only at the allocator's limit, that
+    one."""
     try:
         device = (plan.memory_peak() + plan.memory_outside()).to("GB")
     except AnalyticError:  # no fitted reserve for the stack's allocator: the count decides

@@ -1,12 +1,14 @@
-"""What the command line says of a plan that does not fit: one verdict (Plan.memory_verdict), said first,
-and the layouts of the same GPUs that fit (search's), or what stood closest where none does."""
+"""What the command line says of a plan that does not fit: one verdict (Plan.memory_verdict), said
+first, and the layouts of the same GPUs that fit (search's), or what stood closest where none
+does."""
 
 from __future__ import annotations
 
 from ..core.choices import MEMORY_VERDICTS
 from ..core.units import Q
 
-#: the flags that choose a layout; a plan of a model given without any of them may be one search chooses
+#: the flags that choose a layout; a plan of a model given without any of them may be one search
+#: chooses
 LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "recompute", "schedule", "sequence_parallel",
                 "microbatch_size", "recompute_layers", "recompute_modules", "first_stage_layers",
                 "last_stage_layers", "ends_as_layers", "offload_activations", "offload_optimizer", "pipeline_layout")
@@ -38,17 +40,18 @@ def search_like(plan, top: int = 3):
 
 
 def layout_text(lay, microbatch_size) -> str:
-    """A layout in one line: its degrees, ZeRO stage, recomputation, schedule and microbatch size."""
+    """A layout in one line: its degrees, ZeRO stage, recomputation, schedule and microbatch
+    size."""
     return (f"TP {lay.tp} CP {lay.cp} PP {lay.pp} DP {lay.dp}" + (f" EP {lay.ep}" if lay.ep > 1 else "")
             + (f" VPP {lay.vpp}" if lay.vpp > 1 else "") + f" ZeRO-{lay.zero}, recompute {lay.recompute}, "
             f"{lay.schedule}, microbatches of {microbatch_size}")
 
 
 def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
-    """For a plan that does not fit at its predicted peak: the lines that say so first, and the same as data
-    (its verdict, the layouts of its GPUs that fit, fastest first, or the one that stood closest; without
-    ``layouts`` the search command that lists them, and where search cannot count the hardware, why); ([], {})
-    for a plan that fits."""
+    """For a plan that does not fit at its predicted peak: the lines that say so first, and the same
+    as data (its verdict, the layouts of its GPUs that fit, fastest first, or the one that stood
+    closest; without ``layouts`` the search command that lists them, and where search cannot count
+    the hardware, why); ([], {}) for a plan that fits."""
     from ..core.errors import AnalyticError
     verdict = plan.memory_verdict()
     if verdict == MEMORY_VERDICTS[0]:
@@ -79,8 +82,9 @@ def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
 
 
 def closest_line(res, plan_of) -> tuple[str, dict] | None:
-    """Of a search in which nothing fits: the layout that stood closest, as a line and as data, with the HBM
-    its plan (``plan_of(row)``) would fit in at its predicted peak; None where no layout was evaluated."""
+    """Of a search in which nothing fits: the layout that stood closest, as a line and as data, with
+    the HBM its plan (``plan_of(row)``) would fit in at its predicted peak; None where no layout was
+    evaluated."""
     near = res.closest()
     if near is None:
         return None
@@ -92,8 +96,8 @@ def closest_line(res, plan_of) -> tuple[str, dict] | None:
 
 
 def _device_peak(plan):
-    """The memory a plan's process peaks at: the allocator's predicted peak and what lies outside it (the
-    count and the least measured outside it where the allocator has no fitted reserve)."""
+    """The memory a plan's process peaks at: the allocator's predicted peak and what lies outside it
+    (the count and the least measured outside it where the allocator has no fitted reserve)."""
     from ..core.errors import PresetError
     try:
         return plan.memory_peak() + plan.memory_outside()

@@ -26,7 +26,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def _read(reader, name: str, text, **kw):
-    """``reader(f"--{name}", text, **kw)`` (a reader of analytic.core.values); its mistake as a CLIError."""
+    """``reader(f"--{name}", text, **kw)`` (a reader of analytic.core.values); its mistake as a
+    CLIError."""
     from ..core.errors import AnalyticError
     try:
         return reader(f"--{name}", text, **kw)
@@ -68,15 +69,15 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "drop_beyond_capacity"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "profile", "allow_cross_node_tp", "recompute_layers",
                              "ends_as_layers"}
-#: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
-#: print beside the plan's; any other plan flag makes the configuration the user's
+#: the plan flags that leave the source text's layout, batch and stack as they are, so that its
+#: numbers still print beside the plan's; any other plan flag makes the configuration the user's
 TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth", "scale_up_domain", "mfu", "tokens",
                 "grad_dtype", "moment_dtype"}
 
 
 def hardware_overrides(get) -> dict:
-    """The hardware flags given (``get(dest)`` reads one): link bandwidths as written (read with their
-    units by Hardware and Plan), the scale-up domain as a count."""
+    """The hardware flags given (``get(dest)`` reads one): link bandwidths as written (read with
+    their units by Hardware and Plan), the scale-up domain as a count."""
     out = {k: get(k) for k in ("hbm", "scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     if get("scale_up_domain") is not None:
         out["scale_up_domain"] = count_flag(get("scale_up_domain"), "scale-up-domain")
@@ -84,7 +85,8 @@ def hardware_overrides(get) -> dict:
 
 
 def outside_override(get) -> dict:
-    """``--outside-bytes`` as Plan's and search's ``outside_bytes=`` (read with its unit there), where given."""
+    """``--outside-bytes`` as Plan's and search's ``outside_bytes=`` (read with its unit there),
+    where given."""
     return {} if get("outside_bytes") is None else {"outside_bytes": get("outside_bytes")}
 
 
@@ -97,17 +99,17 @@ def refuse_unread(args, read: set, what: str, why: str) -> None:
 
 
 def _zero3_gather(flag, zero: int) -> dict:
-    """``{"zero3_gather": flag}`` where ``--zero3-gather`` was given (refused with another stage than 3); the
-    default is Layout's and search's."""
+    """``{"zero3_gather": flag}`` where ``--zero3-gather`` was given (refused with another stage
+    than 3); the default is Layout's and search's."""
     if flag is not None and zero != 3:
         raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {zero}")
     return {} if flag is None else {"zero3_gather": flag}
 
 
 def search_inputs(args, what: str, read: frozenset = frozenset()):
-    """Model, hardware (with any link overrides), GPUs (a count, or a list for '--gpus 256,512,1024'),
-    sequence length, global batch, the search's keyword arguments and a note, for search and the
-    plots built on it (``read``: the other plan flags the command reads itself)."""
+    """Model, hardware (with any link overrides), GPUs (a count, or a list for '--gpus
+    256,512,1024'), sequence length, global batch, the search's keyword arguments and a note, for
+    search and the plots built on it (``read``: the other plan flags the command reads itself)."""
     import analytic as an
     refuse_unread(args, SEARCH_FLAGS | read, what, "search counts every layout alike: the stack's gradient and moment "
                    "dtypes, sequence parallelism wherever tp > 1; 'analytic step' evaluates one layout")
@@ -187,8 +189,8 @@ LAYOUT_CHOICE_FLAGS = ("tp", "pp", "dp", "cp", "ep", "zero", "recompute", "sched
 
 
 def layout_choices(args) -> dict:
-    """The layout flags given, as search's keywords: each degree pinned (the others searched), the ZeRO
-    stage, recomputation, schedule, microbatch size and virtual stages as one-choice lists."""
+    """The layout flags given, as search's keywords: each degree pinned (the others searched), the
+    ZeRO stage, recomputation, schedule, microbatch size and virtual stages as one-choice lists."""
     kw = {}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
@@ -212,7 +214,8 @@ def model_flag(value: str):
 
 
 def _presets(get) -> tuple:
-    """The model and the hardware the flags name (a mistyped name is an error with close matches)."""
+    """The model and the hardware the flags name (a mistyped name is an error with close
+    matches)."""
     import analytic as an
     return model_flag(get("model")), an.hardware(get("hardware"))
 

@@ -1,5 +1,5 @@
-"""The ``analytic`` command: its flags and subcommands, and the entry point. User errors print one line
-on stderr and exit 2."""
+"""The ``analytic`` command: its flags and subcommands, and the entry point. User errors print one
+line on stderr and exit 2."""
 
 from __future__ import annotations
 
@@ -250,8 +250,8 @@ def parser() -> argparse.ArgumentParser:
 
 @functools.cache
 def _preset_names(table: str) -> tuple[str, ...]:
-    """The names of presets/TABLE.toml, parsed as the presets parse it (the command's help imports neither the
-    presets nor pint nor sympy)."""
+    """The names of presets/TABLE.toml, parsed as the presets parse it (the command's help imports
+    neither the presets nor pint nor sympy)."""
     from pathlib import Path
 
     from ..core.files import package_toml
@@ -259,7 +259,8 @@ def _preset_names(table: str) -> tuple[str, ...]:
 
 
 def _quiet_stdout() -> None:
-    """Standard output that failed is not flushed again at exit (which would print a second error)."""
+    """Standard output that failed is not flushed again at exit (which would print a second
+    error)."""
     try:
         sys.stdout = open(os.devnull, "w")
     except OSError:

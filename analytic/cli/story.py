@@ -13,7 +13,8 @@ from ..plan.layout import DP_REGIMES, GATHERED_REGIMES, regime
 from ..presets import reliability_value, stack
 from .essay import essay
 
-#: per-tensor ZeRO-3's gather count under full recomputation (its third gather, in the recomputed forward)
+#: per-tensor ZeRO-3's gather count under full recomputation (its third gather, in the recomputed
+#: forward)
 RECOMPUTED_GATHERS = "parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"
 #: the op classes of a step's compute as the story names them
 OP_LABELS = {"gemm": "GEMMs (by shape, wave-quantised)", "attention": "fused attention", "memory_bound":
@@ -45,7 +46,8 @@ SHOWN_SOURCES = 3
 
 
 def shown_sources(names: str, every: bool) -> str:
-    """A line's formula names: at most :data:`SHOWN_SOURCES`, and how many more (``--sources`` shows all)."""
+    """A line's formula names: at most :data:`SHOWN_SOURCES`, and how many more (``--sources`` shows
+    all)."""
     listed = names.split(", ") if names else []
     if every or len(listed) <= SHOWN_SOURCES:
         return names
@@ -53,14 +55,15 @@ def shown_sources(names: str, every: bool) -> str:
 
 
 def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
-    """The catalogue formulas ``quantity`` came from, those under ``prefixes`` (the plan knows them)."""
+    """The catalogue formulas ``quantity`` came from, those under ``prefixes`` (the plan knows
+    them)."""
     return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes or ("",)))
 
 
 def wasted_selective(plan: Plan):
     """The FLOPs Korthikanti's selective recomputation spends under FlashAttention, which keeps no
-    attention scores for it to spare (so it saves no memory): None when the plan does not combine the
-    two (a stack whose selective policy is op-level saves memory)."""
+    attention scores for it to spare (so it saves no memory): None when the plan does not combine
+    the two (a stack whose selective policy is op-level saves memory)."""
     lay = plan.layout
     if not (plan.flash_attention and lay.recompute == "selective" and stack(plan.stack).get("selective") == "attention"
             and (not lay.recompute_modules or "core_attn" in lay.recompute_modules)):
@@ -78,8 +81,8 @@ def node_host_memory(plan: Plan, host: Quantity) -> tuple[Quantity, Quantity | N
 
 
 def _run_step(plan: Plan) -> tuple:
-    """The step time a run's days are counted at, and its name: the predicted one; None where the plan has
-    none (no calibrated constants, a link without a bandwidth)."""
+    """The step time a run's days are counted at, and its name: the predicted one; None where the
+    plan has none (no calibrated constants, a link without a bandwidth)."""
     try:
         return plan.step_time(), "predicted step time"
     except AnalyticError:
@@ -87,8 +90,8 @@ def _run_step(plan: Plan) -> tuple:
 
 
 def source_run() -> tuple[Plan, float]:
-    """The plan of the run the source text describes, as it ran (essay.toml ``[ran]``: its validation case),
-    and the run's published MFU (the case ``mfu_case``)."""
+    """The plan of the run the source text describes, as it ran (essay.toml ``[ran]``: its
+    validation case), and the run's published MFU (the case ``mfu_case``)."""
     from ..fit.cases import cases_by_id, find_folder, plan_of
     ran = essay()["ran"]
     cases = cases_by_id(find_folder(), (ran["case"], ran["mfu_case"]))
@@ -96,9 +99,9 @@ def source_run() -> tuple[Plan, float]:
 
 
 def fitting_changes(plan: Plan) -> list[tuple[str, Plan]]:
-    """For a plan that does not fit, the least one-setting changes on the same GPUs that make it fit: the
-    lowest higher ZeRO stage that does, and the lightest recomputation that does (selective, then full);
-    each (what changed, the plan)."""
+    """For a plan that does not fit, the least one-setting changes on the same GPUs that make it
+    fit: the lowest higher ZeRO stage that does, and the lightest recomputation that does
+    (selective, then full); each (what changed, the plan)."""
     lay, out = plan.layout, []
     chains = ([(f"zero={z}", dict(zero=z)) for z in range(int(lay.zero) + 1, 4)],
               [(f"recompute={r!r}", dict(recompute=r)) for r in ("selective", "full") if lay.recompute != r])
@@ -116,9 +119,9 @@ def fitting_changes(plan: Plan) -> list[tuple[str, Plan]]:
 
 @dataclass(frozen=True)
 class Figures:
-    """What the story's sections share: the plan, the MFU asked for, the replicas that reduce gradients
-    (DP × CP: CP ranks hold the same weights), the step the run's days are counted at and its name, and the
-    run's steps (None without training tokens)."""
+    """What the story's sections share: the plan, the MFU asked for, the replicas that reduce
+    gradients (DP × CP: CP ranks hold the same weights), the step the run's days are counted at and
+    its name, and the run's steps (None without training tokens)."""
 
     plan: Plan
     mfu: object
@@ -177,7 +180,8 @@ def _placement(f: Figures, add) -> None:
 
 
 def _memory(f: Figures, add) -> None:
-    """Memory per GPU on the fullest stage, the allocator's peak, and the changes that make it fit."""
+    """Memory per GPU on the fullest stage, the allocator's peak, and the changes that make it
+    fit."""
     plan, lay = f.plan, f.plan.layout
     mem = plan.memory()
     where = "" if lay.pp == 1 else f" on stage {mem.stage}, the fullest"

@@ -1,7 +1,7 @@
-"""Operations a formula is written with, on numbers, terms or sympy objects alike: on numbers at once
-(exact ints and Fractions stay exact; a numeric plan's conditions are bools), on terms a term (the
-catalogue's declarations), on sympy objects sympy's operation (a plan with a symbol): the plan's stages
-are written once for numbers and symbols."""
+"""Operations a formula is written with, on numbers, terms or sympy objects alike: on numbers at
+once (exact ints and Fractions stay exact; a numeric plan's conditions are bools), on terms a term
+(the catalogue's declarations), on sympy objects sympy's operation (a plan with a symbol): the
+plan's stages are written once for numbers and symbols."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def _op(op: str, *args, decide: bool = False):
 
 def Max(*args, decide: bool = False):
     """The largest argument; on sympy objects ``sympy.Max``, left unevaluated while symbols remain
-    (deciding which of two large expressions in symbols is larger is slow and rarely possible), unless
-    ``decide``: then as sympy decides it."""
+    (deciding which of two large expressions in symbols is larger is slow and rarely possible),
+    unless ``decide``: then as sympy decides it."""
     return _op("max", *args, decide=decide)
 
 
@@ -119,6 +119,7 @@ def is_false(c) -> bool:
 
 
 def value_at_max(*pairs):
-    """``(key0, value0, key1, value1, ...)``: the value paired with the largest key (the first on a tie);
-    on sympy objects :class:`analytic.core.functions.value_at_max`, which chooses once the keys are numbers."""
+    """``(key0, value0, key1, value1, ...)``: the value paired with the largest key (the first on a
+    tie); on sympy objects :class:`analytic.core.functions.value_at_max`, which chooses once the
+    keys are numbers."""
     return _op("value_at_max", *pairs)

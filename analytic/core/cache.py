@@ -1,9 +1,9 @@
 """The user's cache: where programs built from the library's expressions are kept as data.
 
-Entries are read and written as :mod:`analytic.core.files` reads and writes every file (regular files
-of bounded size, never through a link; written through a temporary file created exclusively, then
-renamed). Everything read back is validated by its reader; an entry that is not what it should be
-is rebuilt.
+Entries are read and written as :mod:`analytic.core.files` reads and writes every file (regular
+files of bounded size, never through a link; written through a temporary file created exclusively,
+then renamed). Everything read back is validated by its reader; an entry that is not what it should
+be is rebuilt.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from .files import MAX_BYTES, read_text, write_text
 
 
 def cache_dir() -> Path | None:
-    """``$ANALYTIC_CACHE``, else ``$XDG_CACHE_HOME/analytic``, else ``~/.cache/analytic``. An empty or
-    relative path is ignored, as the XDG Base Directory specification says of ``XDG_CACHE_HOME``;
+    """``$ANALYTIC_CACHE``, else ``$XDG_CACHE_HOME/analytic``, else ``~/.cache/analytic``. An empty
+    or relative path is ignored, as the XDG Base Directory specification says of ``XDG_CACHE_HOME``;
     None when no absolute folder results."""
     for var, leaf in (("ANALYTIC_CACHE", ""), ("XDG_CACHE_HOME", "analytic")):
         value = os.environ.get(var, "")
@@ -45,8 +45,8 @@ def library_digest() -> str:
 
 
 def read_json(path: Path, limit: int = MAX_BYTES):
-    """The JSON value in ``path``, or None: missing, a link, not a regular file, over ``limit`` bytes,
-    not UTF-8 or not JSON."""
+    """The JSON value in ``path``, or None: missing, a link, not a regular file, over ``limit``
+    bytes, not UTF-8 or not JSON."""
     try:
         return json.loads(read_text(path, limit, follow=False))
     except (OSError, ValueError, RecursionError):  # FileError is an OSError; JSONDecodeError a ValueError
@@ -54,8 +54,8 @@ def read_json(path: Path, limit: int = MAX_BYTES):
 
 
 def write_json(path: Path, data) -> bool:
-    """Write ``data`` as JSON to ``path`` (:func:`analytic.core.files.write_text`); False, and nothing
-    left behind, where the folder cannot be written."""
+    """Write ``data`` as JSON to ``path`` (:func:`analytic.core.files.write_text`); False, and
+    nothing left behind, where the folder cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_text(path, json.dumps(data, allow_nan=True, separators=(",", ":")))
@@ -65,7 +65,8 @@ def write_json(path: Path, data) -> bool:
 
 
 def entry(kind: str, *key: str) -> Path | None:
-    """The cache file of ``kind`` for ``key`` (with the library's digest), or None without a folder."""
+    """The cache file of ``kind`` for ``key`` (with the library's digest), or None without a
+    folder."""
     folder = cache_dir()
     if folder is None:
         return None

@@ -15,7 +15,8 @@ from .units import as_unit
 
 def composed(name: str, expr, unit, *parts) -> Formula:
     """A Formula of ``expr``, an expression built from the Formulas ``parts``: their domains and
-    sources carried over (what arithmetic on Formulas does, for expressions such as Max and Piecewise)."""
+    sources carried over (what arithmetic on Formulas does, for expressions such as Max and
+    Piecewise)."""
     parts = [p for p in parts if isinstance(p, Formula)]
     if held._data(expr) and all(held.holds_data(p) for p in parts):
         domain = tuple(dict.fromkeys(d for p in parts for d in p.raw_domain))
@@ -26,10 +27,10 @@ def composed(name: str, expr, unit, *parts) -> Formula:
 
 
 def cases(name: str, unit, *pieces) -> Formula:
-    """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
-    condition should be True). Conditions that are already decided collapse: numeric layouts get
-    the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may take,
-    each under the condition that the piece is taken (``source_conditions``)."""
+    """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the
+    last condition should be True). Conditions that are already decided collapse: numeric layouts
+    get the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may
+    take, each under the condition that the piece is taken (``source_conditions``)."""
     taken = _taken(pieces)
     if taken is not None:
         return _as(name, unit, taken)
@@ -63,8 +64,8 @@ def _all(*conditions):
 
 
 def _term_cases(name: str, unit, pieces) -> Formula:
-    """:func:`cases` of pieces holding data with conditions in a template's inputs: a piecewise term,
-    each piece's domain and sources only where it is taken."""
+    """:func:`cases` of pieces holding data with conditions in a template's inputs: a piecewise
+    term, each piece's domain and sources only where it is taken."""
     exprs, reachable, earlier = [], [], []
     for f, cond in pieces:
         if cond is False:
@@ -86,8 +87,8 @@ def _term_cases(name: str, unit, pieces) -> Formula:
 
 
 def _taken(pieces):
-    """The piece taken where every condition up to the first that holds is a decided bool and that piece
-    holds a number (a Formula, or a number as one); None otherwise."""
+    """The piece taken where every condition up to the first that holds is a decided bool and that
+    piece holds a number (a Formula, or a number as one); None otherwise."""
     for f, cond in pieces:
         if cond is True:
             if isinstance(f, Formula):
@@ -99,7 +100,8 @@ def _taken(pieces):
 
 
 def _as(name: str, unit, taken) -> Formula:
-    """The taken piece as the case analysis's Formula: named ``name``, in ``unit``, its domain and sources kept."""
+    """The taken piece as the case analysis's Formula: named ``name``, in ``unit``, its domain and
+    sources kept."""
     unit = as_unit(unit)
     if not isinstance(taken, Formula):
         return Formula(name, taken, unit, "")

@@ -1,7 +1,7 @@
-"""Reading a count written as text, exactly ('8', '16384', '16Ki', '2e3', '16M' tokens): never through
-a float, and without sympy, pint or numpy (the command line reads its flags here before it imports
-them). :mod:`analytic.core.values` reads every other value, and counts given as numbers, with the same
-bounds and messages."""
+"""Reading a count written as text, exactly ('8', '16384', '16Ki', '2e3', '16M' tokens): never
+through a float, and without sympy, pint or numpy (the command line reads its flags here before it
+imports them). :mod:`analytic.core.values` reads every other value, and counts given as numbers,
+with the same bounds and messages."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from .errors import InputError
 
 #: longest string read as a quantity or a count
 MAX_TEXT = 100
-#: largest count accepted: float64, in which search and lambdify evaluate, holds every integer up to 2**53
+#: largest count accepted: float64, in which search and lambdify evaluate, holds every integer up to
+#: 2**53
 MAX_COUNT = 2**53
 #: decimal and binary multipliers of a bare count ("16M" tokens, "16Mi" tokens)
 COUNT_SUFFIXES = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
@@ -52,7 +53,8 @@ def binary_reading(number: Fraction, suffix: str | None) -> Fraction | None:
 
 
 def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
-    """A count written as text ('8', '16384', '16Ki', '2e3'), read exactly: never through a float."""
+    """A count written as text ('8', '16384', '16Ki', '2e3'), read exactly: never through a
+    float."""
     parsed = suffixed_count(text)
     if parsed is None:
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {show(text)}")
@@ -60,8 +62,9 @@ def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
 
 
 def decimal_suffix(tokens: Fraction) -> tuple[Fraction, str | None]:
-    """A count without a suffix as the decimal one it is a whole multiple of, the largest (4,000,000 and
-    4e6 are 4 M, 16,000 is 16 k); itself with None where it is no whole multiple of a thousand."""
+    """A count without a suffix as the decimal one it is a whole multiple of, the largest (4,000,000
+    and 4e6 are 4 M, 16,000 is 16 k); itself with None where it is no whole multiple of a
+    thousand."""
     for suffix in ("T", "G", "M", "k"):
         if tokens % COUNT_SUFFIXES[suffix] == 0:
             return tokens / COUNT_SUFFIXES[suffix], suffix
@@ -69,10 +72,11 @@ def decimal_suffix(tokens: Fraction) -> tuple[Fraction, str | None]:
 
 
 def step_tokens(number: Fraction, suffix: str | None, seq_len: int, name: str, written) -> tuple[int, str]:
-    """Tokens per step from ``number`` with a count ``suffix`` (or None), ``written`` so by the user,
-    and a note: a decimal count ('16M', '16e6', 16_000_000: a whole multiple of a thousand, a million, ...)
-    that is not whole sequences of ``seq_len`` while its binary reading is (16·2²⁰ at 8,192 tokens) is
-    read as binary, and the note says so. The one rule of :func:`analytic.core.values.batch_tokens`."""
+    """Tokens per step from ``number`` with a count ``suffix`` (or None), ``written`` so by the
+    user, and a note: a decimal count ('16M', '16e6', 16_000_000: a whole multiple of a thousand, a
+    million, ...) that is not whole sequences of ``seq_len`` while its binary reading is (16·2²⁰ at
+    8,192 tokens) is read as binary, and the note says so. The one rule of
+    :func:`analytic.core.values.batch_tokens`."""
     tokens = number * COUNT_SUFFIXES.get(suffix, 1)
     note = ""
     if suffix is None and tokens % seq_len:

@@ -1,5 +1,6 @@
 """Dimension analysis of expressions: the unit an expression has when every symbol stands for one of
-its declared unit (counts as pure numbers). The catalogue checks each formula's declared unit with it."""
+its declared unit (counts as pure numbers). The catalogue checks each formula's declared unit with
+it."""
 
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ def units_of(expr) -> Quantity:
 
 
 def check_dimensions(f) -> Unit:
-    """Substitute every symbol's unit in the Formula ``f`` (counts as pure numbers); raise UnitError unless every
-    sum is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
+    """Substitute every symbol's unit in the Formula ``f`` (counts as pure numbers); raise UnitError
+    unless every sum is homogeneous and the result times ``coefficient_unit`` has the dimension of
+    ``unit``."""
     try:
         got = units_of(f.expr)
     except DimensionalityError as exc:

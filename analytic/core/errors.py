@@ -6,15 +6,15 @@ import difflib
 
 
 def shown(value, limit: int = 80, *, quote: bool = True) -> str:
-    """A user's value as a message quotes it: its repr (``quote=False``: its text, a file's name), at most
-    ``limit`` characters."""
+    """A user's value as a message quotes it: its repr (``quote=False``: its text, a file's name),
+    at most ``limit`` characters."""
     text = repr(value) if quote else str(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def install_hint(extra: str) -> str:
-    """The command that installs the optional dependencies ``extra``, as this package was installed: from a
-    source checkout (editable) or from a wheel."""
+    """The command that installs the optional dependencies ``extra``, as this package was installed:
+    from a source checkout (editable) or from a wheel."""
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     if (root / "pyproject.toml").is_file() and (root / "analytic" / "core").is_dir():
@@ -62,13 +62,15 @@ class FreeSymbolError(AnalyticError, ValueError):
 
 
 class ValidationError(AnalyticError):
-    """A validation case, or its folder, that cannot be read or evaluated; the message names the case."""
+    """A validation case, or its folder, that cannot be read or evaluated; the message names the
+    case."""
 
 
 class ApproximationWarning(UserWarning):
-    """A formula was evaluated where its approximation is poor (a first-order model beyond its range);
-    the message names the formula, why, and what holds there instead."""
+    """A formula was evaluated where its approximation is poor (a first-order model beyond its
+    range); the message names the formula, why, and what holds there instead."""
 
 
 class ReinterpretedWarning(UserWarning):
-    """An input was read otherwise than written (e.g. '16M' tokens as 16Mi); the message says how."""
+    """An input was read otherwise than written (e.g. '16M' tokens as 16Mi); the message says
+    how."""

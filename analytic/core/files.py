@@ -1,5 +1,5 @@
-"""Reading and writing files: every file the library reads is a regular file of bounded size, read as
-UTF-8; every file it writes is created exclusively beside its destination, then renamed over it.
+"""Reading and writing files: every file the library reads is a regular file of bounded size, read
+as UTF-8; every file it writes is created exclusively beside its destination, then renamed over it.
 
 Reading opens without blocking, so a FIFO never hangs, and refuses what is not a regular file (a
 device such as ``/dev/zero`` reports a size of 0 and would be read without end). Writing never
@@ -54,14 +54,15 @@ def read_text(path, limit: int = MAX_BYTES, follow: bool = True) -> str:
 
 @functools.cache
 def package_toml(path: Path) -> dict:
-    """One of the package's own TOML files (presets, their tables), parsed once a process: every reader of it
-    reads it here. A user's file is read with :func:`read_text`, each time."""
+    """One of the package's own TOML files (presets, their tables), parsed once a process: every
+    reader of it reads it here. A user's file is read with :func:`read_text`, each time."""
     return tomllib.loads(read_text(path))
 
 
 def write_text(path, text: str | bytes) -> None:
-    """Write ``text`` (str as UTF-8, or bytes) to ``path`` through a temporary file created exclusively
-    beside it, then renamed over it; OSError where the folder cannot be written (nothing is left behind)."""
+    """Write ``text`` (str as UTF-8, or bytes) to ``path`` through a temporary file created
+    exclusively beside it, then renamed over it; OSError where the folder cannot be written (nothing
+    is left behind)."""
     path = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -1,11 +1,13 @@
 """Formula: a named sympy expression whose symbols carry units, with its source and assumptions.
 
-A symbol stands for the magnitude of its quantity in the unit declared in :mod:`analytic.core.symbols`;
-``Formula.unit`` is the unit of the result (:class:`analytic.core.quantity.Unit`, which pint reads as its
-own). Numbers stay exact (sympy rationals) until ``evaluate`` returns a :class:`pint.Quantity`.
+A symbol stands for the magnitude of its quantity in the unit declared in
+:mod:`analytic.core.symbols`; ``Formula.unit`` is the unit of the result
+(:class:`analytic.core.quantity.Unit`, which pint reads as its own). Numbers stay exact (sympy
+rationals) until ``evaluate`` returns a :class:`pint.Quantity`.
 
-A formula declared on terms (:mod:`analytic.core.terms`, as the catalogue declares them) makes its sympy
-expression, domain and caveats when one of them is first read, and evaluates at numbers without sympy.
+A formula declared on terms (:mod:`analytic.core.terms`, as the catalogue declares them) makes its
+sympy expression, domain and caveats when one of them is first read, and evaluates at numbers
+without sympy.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .values import count, exact, exact_number, in_range, is_sympy, unit_of
 
 
 class _Sympy:
-    """sympy, imported when first used: a formula declared on terms is evaluated at numbers without it."""
+    """sympy, imported when first used: a formula declared on terms is evaluated at numbers without
+    it."""
 
     def __getattr__(self, name):
         import sympy as module
@@ -36,10 +39,11 @@ sympy = _Sympy()
 def magnitude(keyword: str, value, unit: Unit | None = None):
     """``value`` as an exact sympy magnitude in ``keyword``'s declared unit (or in ``unit``).
 
-    Accepts what :func:`analytic.core.symbols.read_magnitude` reads (a pint Quantity, a string of one number
-    and one unit, a bare number for dimensionless symbols, pure counts and FLOPs), a sympy expression
-    (taken as already in the symbol's unit) or a Formula (converted from its unit). A number for a
-    declared keyword (``unit`` not given) must lie in the symbol's domain (:mod:`analytic.core.values`)."""
+    Accepts what :func:`analytic.core.symbols.read_magnitude` reads (a pint Quantity, a string of
+    one number and one unit, a bare number for dimensionless symbols, pure counts and FLOPs), a
+    sympy expression (taken as already in the symbol's unit) or a Formula (converted from its unit).
+    A number for a declared keyword (``unit`` not given) must lie in the symbol's domain
+    (:mod:`analytic.core.values`)."""
     if isinstance(value, Formula):
         target = _symbols.info(keyword).unit if unit is None else unit
         return value.expr * exact(held.unit_factor(keyword, value, target))
@@ -72,8 +76,9 @@ class Formula:
     domain: tuple = held.Declared(())  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
     sources: frozenset = frozenset()  # the catalogue formulas this one is composed from (itself, for one of them)
     caveats: tuple = held.Declared(())  # (condition, why): where the approximation is good; evaluating this formula outside it
-    # warns (ApproximationWarning) but answers (composed formulas do not carry them)
-    # (source, condition) for the sources drawn on only where a condition holds (a symbolic piece of ``cases``)
+    # warns (ApproximationWarning) but answers (composed formulas do not carry them) (source,
+    # condition) for the sources drawn on only where a condition holds (a symbolic piece of
+    # ``cases``)
     source_conditions: tuple = held.Declared(())
 
     def __post_init__(self):
@@ -92,7 +97,8 @@ class Formula:
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
 
     def _realise(self, raw: tuple | None = None) -> None:
-        """The sympy expression, domain, caveats and source conditions, canonical (from ``raw`` or the terms)."""
+        """The sympy expression, domain, caveats and source conditions, canonical (from ``raw`` or
+        the terms)."""
         expr, domain, caveats, source_conditions = self.__dict__["_terms"] if raw is None else raw
         if isinstance(expr, str):
             from .expressions import symbolic
@@ -109,8 +115,8 @@ class Formula:
 
     @property
     def raw(self) -> tuple:
-        """(expression, domain, caveats, source conditions) as held: terms or numbers for a formula declared
-        on terms or holding numbers (:mod:`.held`), else sympy."""
+        """(expression, domain, caveats, source conditions) as held: terms or numbers for a formula
+        declared on terms or holding numbers (:mod:`.held`), else sympy."""
         d = self.__dict__
         return d["_terms"] if "_terms" in d else tuple(d[k] for k in held.SYMPY_FIELDS)
 
@@ -133,7 +139,8 @@ class Formula:
         return self.raw[3]
 
     def replaced(self, **changes) -> "Formula":
-        """``dataclasses.replace`` that keeps what the formula holds as it is (no sympy made for it)."""
+        """``dataclasses.replace`` that keeps what the formula holds as it is (no sympy made for
+        it)."""
         d = self.__dict__
         out = {f.name: d[f.name] for f in fields(Formula) if f.name not in held.SYMPY_FIELDS}
         out.update(zip(held.SYMPY_FIELDS, self.raw))
@@ -152,11 +159,13 @@ class Formula:
         return {kw: i.unit for kw, i in _symbols.REGISTRY.items() if kw in free}
 
     def latex(self, digits: int | None = None) -> str:
-        """The expression in LaTeX; with ``digits``, its numbers as floats of that many significant digits."""
+        """The expression in LaTeX; with ``digits``, its numbers as floats of that many significant
+        digits."""
         return sympy.latex((self.n(digits) if digits is not None else self).expr)
 
     def n(self, digits: int = 4) -> "Formula":
-        """The same formula with its exact numbers as floats of ``digits`` significant digits, to read."""
+        """The same formula with its exact numbers as floats of ``digits`` significant digits, to
+        read."""
         return self.replaced(expr=self.expr.evalf(count("digits", digits, allow_symbol=False)))
 
     def _repr_latex_(self) -> str:
@@ -253,8 +262,8 @@ class Formula:
                        caveats=tuple((c.xreplace(repl), why) for c, why in self.caveats))
 
     def bind(self, values: dict) -> "Formula":
-        """``subs`` with the entries of ``values`` that this formula takes (the rest ignored), a plain
-        number being a magnitude in its symbol's unit (as a plan holds its inputs)."""
+        """``subs`` with the entries of ``values`` that this formula takes (the rest ignored), a
+        plain number being a magnitude in its symbol's unit (as a plan holds its inputs)."""
         taken = {k: v for k, v in values.items() if k in self.symbols}
         if "_terms" in self.__dict__:
             at = held.bound(self, taken, magnitudes=True)

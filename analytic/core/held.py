@@ -1,11 +1,12 @@
 """Formulas that hold numbers: what a numeric plan composes, without sympy.
 
-A catalogue formula is declared on terms (:mod:`.terms`); bound to numbers for every symbol it takes it
-holds the number (an int or Fraction, exact as sympy's rationals; a Decimal of 40 digits past a root,
-exponential, logarithm or fractional power), its domain's conditions decided (those that fail kept, to raise when its value is
-asked) and its caveats decided. Arithmetic, case analyses and compositions of such formulas hold numbers
-too, so a plan whose inputs are all numbers builds every quantity without sympy; where any input is a
-sympy expression the formulas hold sympy expressions, as :class:`~.formula.Formula` always did.
+A catalogue formula is declared on terms (:mod:`.terms`); bound to numbers for every symbol it takes
+it holds the number (an int or Fraction, exact as sympy's rationals; a Decimal of 40 digits past a
+root, exponential, logarithm or fractional power), its domain's conditions decided (those that fail
+kept, to raise when its value is asked) and its caveats decided. Arithmetic, case analyses and
+compositions of such formulas hold numbers too, so a plan whose inputs are all numbers builds every
+quantity without sympy; where any input is a sympy expression the formulas hold sympy expressions,
+as :class:`~.formula.Formula` always did.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class Declared:
         obj.__dict__[self.name] = value
 
 
-#: the types of a number a formula holds (a float: NaN, where a case the plan does not take has no value)
+#: the types of a number a formula holds (a float: NaN, where a case the plan does not take has no
+#: value)
 NUMBERS = frozenset({int, Fraction, Decimal, float})
 
 
@@ -62,7 +64,8 @@ def on_terms(expr, conditions) -> bool:
 
 
 def holds_number(f) -> bool:
-    """Whether the Formula ``f`` holds a number (a numeric plan's formulas, a catalogue constant)."""
+    """Whether the Formula ``f`` holds a number (a numeric plan's formulas, a catalogue
+    constant)."""
     raw = f.__dict__.get("_terms")
     return raw is not None and type(raw[0]) in NUMBERS and not any(type(c) is terms.Term for c, *_ in raw[1])
 
@@ -85,8 +88,9 @@ def _data(x) -> bool:
 def made(like, name: str, term, unit: Unit, *, source: str = "", assumptions: tuple = (), description: str = "",
          coefficient_unit=None, keywords: tuple = (), domain: tuple = (), sources=frozenset(), caveats: tuple = (),
          source_conditions: tuple = ()):
-    """A Formula (of ``like``'s class) holding ``term``, its fields as given, in the form the class's checks
-    give them (a Unit, each condition with its origin): what composing numbers makes many times a plan."""
+    """A Formula (of ``like``'s class) holding ``term``, its fields as given, in the form the
+    class's checks give them (a Unit, each condition with its origin): what composing numbers makes
+    many times a plan."""
     f = object.__new__(type(like))
     f.__dict__.update(name=name, unit=unit, source=source, assumptions=assumptions, description=description,
                       coefficient_unit=coefficient_unit, keywords=keywords, sources=sources,
@@ -101,8 +105,8 @@ def factor(source: Unit, target: Unit):
 
 
 def unit_factor(keyword: str, f, target: Unit):
-    """The exact factor from the Formula ``f``'s unit to ``target``; a UnitError naming ``keyword`` where the
-    dimensions differ."""
+    """The exact factor from the Formula ``f``'s unit to ``target``; a UnitError naming ``keyword``
+    where the dimensions differ."""
     try:
         return factor(f.unit, target)
     except DimensionalityError:
@@ -111,7 +115,8 @@ def unit_factor(keyword: str, f, target: Unit):
 
 
 def in_unit(keyword: str, f, target: Unit):
-    """The number ``f`` holds, in ``target``; a UnitError naming ``keyword`` where the dimensions differ."""
+    """The number ``f`` holds, in ``target``; a UnitError naming ``keyword`` where the dimensions
+    differ."""
     k = unit_factor(keyword, f, target)
     return f.term if k == 1 else terms.arithmetic("mul", f.term, k)
 
@@ -126,8 +131,9 @@ def arithmetic(a, b, op: str):
 
 
 def sources(*formulas) -> dict:
-    """The ``sources`` and ``source_conditions`` of a formula composed of ``formulas``: their union where
-    none draws on a source under a condition (a numeric plan's), else :func:`.provenance.merged_sources`."""
+    """The ``sources`` and ``source_conditions`` of a formula composed of ``formulas``: their union
+    where none draws on a source under a condition (a numeric plan's), else
+    :func:`.provenance.merged_sources`."""
     conditional = [sc for f in formulas for sc in f.raw_source_conditions]
     if not conditional:
         return {"sources": frozenset().union(*(f.sources for f in formulas)), "source_conditions": ()}
@@ -141,10 +147,11 @@ def sources(*formulas) -> dict:
 
 
 def bound(f, values: dict, magnitudes: bool = False):
-    """The Formula ``f`` (declared on terms) with ``values`` for its symbols, holding the number, or None
-    where a value is a sympy expression or leaves a symbol free (then sympy substitutes). ``magnitudes``:
-    plain numbers are magnitudes in their symbol's unit (a plan's inputs, as sympy numbers were), else
-    what :func:`~.symbols.read_magnitude` reads (a bare number only for counts and FLOPs)."""
+    """The Formula ``f`` (declared on terms) with ``values`` for its symbols, holding the number, or
+    None where a value is a sympy expression or leaves a symbol free (then sympy substitutes).
+    ``magnitudes``: plain numbers are magnitudes in their symbol's unit (a plan's inputs, as sympy
+    numbers were), else what :func:`~.symbols.read_magnitude` reads (a bare number only for counts
+    and FLOPs)."""
     expr, domain, caveats, _ = f.raw
     needs = f.__dict__.get("_needs")
     if needs is None:  # the keywords its expression and conditions take; False: sympy evaluates it
@@ -179,9 +186,9 @@ def bound(f, values: dict, magnitudes: bool = False):
 
 
 def checked(keyword: str, value):
-    """An exact number (int, Fraction or sympy's) for a declared keyword, a magnitude in its unit, its domain
-    checked once per (keyword, value, the value's type): plans bind the same inputs into many formulas, and a
-    sympy number equal to a Python one must not answer for it."""
+    """An exact number (int, Fraction or sympy's) for a declared keyword, a magnitude in its unit,
+    its domain checked once per (keyword, value, the value's type): plans bind the same inputs into
+    many formulas, and a sympy number equal to a Python one must not answer for it."""
     return _checked(keyword, type(value), value)
 
 
@@ -194,8 +201,8 @@ def _checked(keyword: str, kind: type, value):
 
 
 def _decided(x, env: dict, memo: dict):
-    """A term at numbers; NaN where it is not a finite real number (a formula bound for a case the plan may
-    not take: its value raises only if asked)."""
+    """A term at numbers; NaN where it is not a finite real number (a formula bound for a case the
+    plan may not take: its value raises only if asked)."""
     try:
         return terms.value(x, env, memo)
     except terms.NotReal:
@@ -203,15 +210,15 @@ def _decided(x, env: dict, memo: dict):
 
 
 def outside(name: str, origin: str, why: str) -> InputError:
-    """The error of a formula ``name`` evaluated outside the domain of ``origin`` (itself, or a formula it
-    is composed of)."""
+    """The error of a formula ``name`` evaluated outside the domain of ``origin`` (itself, or a
+    formula it is composed of)."""
     where = f" (in {name})" if name != origin else ""
     return InputError(f"{origin}: outside the formula's domain{where}: {why}")
 
 
 def approximate(name: str, why: str) -> None:
-    """The ApproximationWarning of a formula ``name`` evaluated where its caveat ``why`` fails (pointing at
-    the caller of ``evaluate`` or ``value``)."""
+    """The ApproximationWarning of a formula ``name`` evaluated where its caveat ``why`` fails
+    (pointing at the caller of ``evaluate`` or ``value``)."""
     import warnings
 
     from .errors import ApproximationWarning
@@ -219,7 +226,8 @@ def approximate(name: str, why: str) -> None:
 
 
 def value(f):
-    """The number a Formula holding one stands for, as a Quantity: its domain checked, its caveats warned."""
+    """The number a Formula holding one stands for, as a Quantity: its domain checked, its caveats
+    warned."""
     for cond, why, origin in f.raw_domain:
         if cond is False:
             raise outside(f.name, origin, why)

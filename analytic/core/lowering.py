@@ -26,8 +26,8 @@ def program(exprs, inputs) -> Program:
 
 
 class _Builder:
-    """A program's constants and steps as :func:`program` lowers expressions into them, each distinct
-    subexpression once; a reference is ("i", input), ("c", constant) or ("s", step)."""
+    """A program's constants and steps as :func:`program` lowers expressions into them, each
+    distinct subexpression once; a reference is ("i", input), ("c", constant) or ("s", step)."""
 
     def __init__(self, inputs):
         names = dict(inputs)
@@ -124,7 +124,8 @@ class _Builder:
         return None
 
     def _choice(self, e):
-        """value_at_max (the first value whose key equals the largest key) and Piecewise, as wheres."""
+        """value_at_max (the first value whose key equals the largest key) and Piecewise, as
+        wheres."""
         walk, step = self.walk, self.step
         if isinstance(e, value_at_max):
             keys, values = [walk(k) for k in e.args[0::2]], [walk(v) for v in e.args[1::2]]
@@ -151,8 +152,9 @@ def input_names(exprs) -> dict:
 
 
 def free_symbols(exprs) -> set:
-    """The symbols of ``exprs``, each shared subexpression visited once (sympy's ``free_symbols`` walks a
-    subexpression again wherever it recurs, and a plan's expressions share theirs many times over)."""
+    """The symbols of ``exprs``, each shared subexpression visited once (sympy's ``free_symbols``
+    walks a subexpression again wherever it recurs, and a plan's expressions share theirs many times
+    over)."""
     found, seen = set(), set()
     stack = [sympy.sympify(e) for e in exprs]
     while stack:
@@ -168,7 +170,8 @@ def free_symbols(exprs) -> set:
 
 
 def keyword_function(f):
-    """A Formula as a numpy function of keyword arguments (magnitudes in its symbols' units): ``Formula.lambdify``."""
+    """A Formula as a numpy function of keyword arguments (magnitudes in its symbols' units):
+    ``Formula.lambdify``."""
     from . import symbols as _symbols
     keywords = list(f.symbols)
     fn = program([f.expr], {_symbols.sym(k): k for k in keywords})

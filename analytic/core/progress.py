@@ -1,7 +1,7 @@
 """Progress of long computations: a tqdm bar on standard error, drawn only inside :func:`shown` (the
-command line, unless ``--quiet`` or ``--json``; a search called with ``progress=True``) and only when
-standard error is a terminal, so piped output and logs stay clean. An inner :func:`shown` never draws
-where an outer one said not to."""
+command line, unless ``--quiet`` or ``--json``; a search called with ``progress=True``) and only
+when standard error is a terminal, so piped output and logs stay clean. An inner :func:`shown` never
+draws where an outer one said not to."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ _SHOWN = contextvars.ContextVar("analytic_progress", default=None)  # None: no c
 
 @contextlib.contextmanager
 def shown(enabled: bool = True):
-    """Draw progress bars inside this block, where ``enabled``, no outer block said not to, and standard
-    error is a terminal."""
+    """Draw progress bars inside this block, where ``enabled``, no outer block said not to, and
+    standard error is a terminal."""
     token = _SHOWN.set(bool(enabled) and _SHOWN.get() is not False and terminal(sys.stderr))
     try:
         yield
@@ -24,8 +24,8 @@ def shown(enabled: bool = True):
 
 
 def terminal(stream) -> bool:
-    """Whether ``stream`` is an open terminal: False for a closed or missing one (``2>&-`` leaves Python's
-    standard error None) and for one that cannot say."""
+    """Whether ``stream`` is an open terminal: False for a closed or missing one (``2>&-`` leaves
+    Python's standard error None) and for one that cannot say."""
     try:
         return bool(stream is not None and not getattr(stream, "closed", False) and stream.isatty())
     except (AttributeError, ValueError, OSError):

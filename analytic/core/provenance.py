@@ -1,8 +1,9 @@
 """Provenance: the catalogue formulas an expression is composed from, each under the condition that
-it is drawn on (a piece of a case analysis whose condition is still open), kept beside the expression
-by :class:`analytic.core.formula.Formula` and carried through its arithmetic, substitution and cases.
-The conditions are sympy's, or, for a formula holding data (``data``: a plan template's, whose
-conditions are terms in its inputs), terms and Python's bools; sympy is imported only for the first.
+it is drawn on (a piece of a case analysis whose condition is still open), kept beside the
+expression by :class:`analytic.core.formula.Formula` and carried through its arithmetic,
+substitution and cases. The conditions are sympy's, or, for a formula holding data (``data``: a plan
+template's, whose conditions are terms in its inputs), terms and Python's bools; sympy is imported
+only for the first.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ def _truths(data: bool) -> tuple:
 
 
 def source_map(f, data: bool = False) -> dict:
-    """source → the condition under which the Formula ``f`` draws on it (true: wherever it holds)."""
+    """source → the condition under which the Formula ``f`` draws on it (true: wherever it
+    holds)."""
     true, _ = _truths(data)
     where = dict(f.raw_source_conditions if data else f.source_conditions)
     return {s: where.get(s, true) for s in f.sources}

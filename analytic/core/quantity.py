@@ -1,10 +1,12 @@
-"""Units and quantities as data: what the library computes with, pint's objects made from them on demand.
+"""Units and quantities as data: what the library computes with, pint's objects made from them on
+demand.
 
-:class:`Unit` and :class:`Quantity` hold what pint's would (a container of unit names and a magnitude),
-convert with pint's factors (:mod:`.unit_table`) and print as pint prints them (the default, compact and
-pretty formats, abbreviated or not, with pint's sorting and exponents), so a number and its text are the
-same whichever made them; ``.pint()`` gives pint's object, which answers a LaTeX or HTML format and a few
-of pint's methods asked of one (:data:`_PINT_ONLY`). A run that never asks imports no pint.
+:class:`Unit` and :class:`Quantity` hold what pint's would (a container of unit names and a
+magnitude), convert with pint's factors (:mod:`.unit_table`) and print as pint prints them (the
+default, compact and pretty formats, abbreviated or not, with pint's sorting and exponents), so a
+number and its text are the same whichever made them; ``.pint()`` gives pint's object, which answers
+a LaTeX or HTML format and a few of pint's methods asked of one (:data:`_PINT_ONLY`). A run that
+never asks imports no pint.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from .registry import pint_units, registry
 DEFAULT_FORMAT = ".12g"
 _EXP = re.compile(r"([0-9]\.?[0-9]*)e(-?)\+?0*([0-9]+)")
 def _split(spec: str) -> tuple[str, str, bool] | None:
-    """(magnitude spec, style, short) of a format spec, or None for a style pint alone writes (LaTeX,
-    HTML, ...)."""
+    """(magnitude spec, style, short) of a format spec, or None for a style pint alone writes
+    (LaTeX, HTML, ...)."""
     if not spec:
         return DEFAULT_FORMAT, "D", False
     mspec, style = spec.replace("~", ""), "D"
@@ -44,8 +46,9 @@ class Dimensions(dict):
 
 
 class Unit(str):
-    """A unit as data: pint's container of canonical names and exponents (``items``). It is also the text
-    pint reads as the same unit ("gigabyte / second"), so pint takes it wherever it takes a unit."""
+    """A unit as data: pint's container of canonical names and exponents (``items``). It is also the
+    text pint reads as the same unit ("gigabyte / second"), so pint takes it wherever it takes a
+    unit."""
 
     def __new__(cls, items: tuple = ()):
         self = super().__new__(cls, table.format_units(items, ordered=False) if items else "")
@@ -147,12 +150,13 @@ class Unit(str):
 
 
 def _is_unit(x) -> bool:
-    """Whether ``x`` is a unit: a Unit, a unit's text or pint's unit (a quantity has a magnitude)."""
+    """Whether ``x`` is a unit: a Unit, a unit's text or pint's unit (a quantity has a
+    magnitude)."""
     return isinstance(x, str) or hasattr(x, "_units") and not hasattr(x, "magnitude")
 
 
-#: what pint's objects answer and the library's ask pint for (an attribute not here is not asked: ``hasattr``
-#: of anything else is False without importing pint)
+#: what pint's objects answer and the library's ask pint for (an attribute not here is not asked:
+#: ``hasattr`` of anything else is False without importing pint)
 _PINT_ONLY = frozenset({"check", "compatible_units", "is_compatible_with", "to_base_units", "to_compact",
                         "to_preferred", "to_reduced_units", "to_root_units", "to_tuple", "m_from",
                         "from_", "systems"})
@@ -166,8 +170,8 @@ DIMENSIONLESS = Unit()
 
 
 def _operand(other):
-    """``other`` as (magnitude, Unit): a Quantity or unit (ours or pint's; a unit's magnitude 1) or a
-    number (dimensionless)."""
+    """``other`` as (magnitude, Unit): a Quantity or unit (ours or pint's; a unit's magnitude 1) or
+    a number (dimensionless)."""
     if isinstance(other, Quantity):
         return other.magnitude, other.units
     if isinstance(other, Unit):

@@ -1,10 +1,10 @@
 """The pint registry the library gives its quantities in: the one the user works with.
 
-By default pint's application registry, the one ``pint.Quantity(3, "meter")`` and unpickling use; or one
-handed to :func:`use_registry`. The units of ``units.txt`` that the registry lacks (FLOP, token, parameter,
-dollar, ...) are defined into it; those it has are checked to mean what they mean here (dimension and
-factor), so a quantity the library returns combines with the user's own. The library never replaces the
-application registry, changes a registry's formats or installs a warnings filter.
+By default pint's application registry, the one ``pint.Quantity(3, "meter")`` and unpickling use; or
+one handed to :func:`use_registry`. The units of ``units.txt`` that the registry lacks (FLOP, token,
+parameter, dollar, ...) are defined into it; those it has are checked to mean what they mean here
+(dimension and factor), so a quantity the library returns combines with the user's own. The library
+never replaces the application registry, changes a registry's formats or installs a warnings filter.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ _UNITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → 
 
 
 def use_registry(ureg=None):
-    """Give the library's quantities in ``ureg`` from now on, the library's units defined into it (None:
-    pint's application registry again). Returns the registry in use."""
+    """Give the library's quantities in ``ureg`` from now on, the library's units defined into it
+    (None: pint's application registry again). Returns the registry in use."""
     import pint
     if ureg is not None and not isinstance(ureg, (pint.UnitRegistry, pint.ApplicationRegistry)):
         raise InputError(f"use_registry: expected a pint UnitRegistry or None, got {type(ureg).__name__}")
@@ -36,16 +36,16 @@ def use_registry(ureg=None):
 
 
 def registry():
-    """The registry in use (pint's application registry unless :func:`use_registry` chose another), the
-    library's units defined into it."""
+    """The registry in use (pint's application registry unless :func:`use_registry` chose another),
+    the library's units defined into it."""
     import pint
     ureg = _CHOSEN[0] if _CHOSEN else pint.get_application_registry()
     real = _real(ureg)
     if real not in _DEFINED:
         with _LOCK:
             if real not in _DEFINED:
-                # pint's operators leave the library's quantities to theirs (as they leave xarray's), so the
-                # two mix in either order
+                # pint's operators leave the library's quantities to theirs (as they leave
+                # xarray's), so the two mix in either order
                 pint.compat.upcast_type_map.setdefault("analytic.core.quantity.Quantity", None)
                 _define(real)
                 _count_context(real)
@@ -101,8 +101,9 @@ def _real(ureg):
 
 
 def define_quietly() -> None:
-    """:func:`registry` where nothing asked for it (an import): a registry that defines a unit otherwise is
-    refused when the library is first asked for a quantity, not here, and an import never fails for it."""
+    """:func:`registry` where nothing asked for it (an import): a registry that defines a unit
+    otherwise is refused when the library is first asked for a quantity, not here, and an import
+    never fails for it."""
     try:
         registry()
     except Exception:  # noqa: BLE001 - a UnitError or pint's own, said at the first call that needs the registry
@@ -153,7 +154,8 @@ def _refuse(name: str, value: str, got) -> UnitError:
 
 
 def _check(ureg, name: str, value: str, probe: str = "") -> None:
-    """Refuse a unit (or a prefix, read on ``probe``) the registry defines otherwise than units.txt."""
+    """Refuse a unit (or a prefix, read on ``probe``) the registry defines otherwise than
+    units.txt."""
     import pint
     one = ureg.Quantity(1, name + probe)
     if value.startswith("["):  # a base unit: of that dimension, or a base unit of none (pint's bit)
@@ -172,8 +174,8 @@ def _check(ureg, name: str, value: str, probe: str = "") -> None:
 
 
 def _define(ureg) -> None:
-    """Define into ``ureg`` the units and prefixes of units.txt it lacks; check those it has (a prefix is
-    read on the second)."""
+    """Define into ``ureg`` the units and prefixes of units.txt it lacks; check those it has (a
+    prefix is read on the second)."""
     lines = table.definitions()
     for name, value, aliases, prefix in [*(d for d in lines if not d[3]), *(d for d in lines if d[3])]:
         probe, dash = ("second", "-") if prefix else ("", "")

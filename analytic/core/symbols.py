@@ -27,11 +27,13 @@ class SymbolInfo:
 
     @property
     def symbol(self):
-        """The sympy symbol (integer and ≥ 0 for a discrete choice's index and a stage's; else positive)."""
+        """The sympy symbol (integer and ≥ 0 for a discrete choice's index and a stage's; else
+        positive)."""
         return _symbols()[0][self.keyword]
 
     def check(self, value, shown=None):
-        """``value`` (an exact number in :attr:`unit`) if it is in this symbol's domain and range."""
+        """``value`` (an exact number in :attr:`unit`) if it is in this symbol's domain and
+        range."""
         return check_domain(self.keyword, self.domain, in_range(self.keyword, value, shown if shown is not None
                                                                 else value), shown)
 
@@ -219,7 +221,8 @@ def keyword_of(symbol) -> str:
 
 
 def canonical(expr):
-    """Replace user-made sympy symbols named like a keyword (``Symbol("dp")``) by the declared ones."""
+    """Replace user-made sympy symbols named like a keyword (``Symbol("dp")``) by the declared
+    ones."""
     if not is_sympy(expr):
         return expr
     declared = _symbols()[1]
@@ -234,9 +237,10 @@ _DECLARED_ONLY_MAX = 1 << 19
 
 
 def _declared_only(expr, declared) -> bool:
-    """Whether every symbol reached through ``expr``'s arguments is declared, remembered per expression: a
-    composed expression is then checked through its new nodes only, not walked whole at every composition
-    (False, the careful answer, sends :func:`canonical` to the expression's free symbols)."""
+    """Whether every symbol reached through ``expr``'s arguments is declared, remembered per
+    expression: a composed expression is then checked through its new nodes only, not walked whole
+    at every composition (False, the careful answer, sends :func:`canonical` to the expression's
+    free symbols)."""
     hit = _DECLARED_ONLY.get(expr)
     if hit is not None:
         return hit
@@ -256,10 +260,10 @@ def wanted(unit: Unit) -> str:
 
 
 def read_magnitude(keyword: str, value, unit: Unit | None = None):
-    """``value`` (a pint Quantity of any compatible unit, a string of one number and one unit such as
-    ``"50 GB/s"``, or a bare number for dimensionless symbols, pure counts and FLOPs) as an exact int or
-    Fraction in ``keyword``'s declared unit (or in ``unit``), inside the symbol's domain. Sympy values
-    and Formulas are read by :func:`analytic.core.formula.magnitude`."""
+    """``value`` (a pint Quantity of any compatible unit, a string of one number and one unit such
+    as ``"50 GB/s"``, or a bare number for dimensionless symbols, pure counts and FLOPs) as an exact
+    int or Fraction in ``keyword``'s declared unit (or in ``unit``), inside the symbol's domain.
+    Sympy values and Formulas are read by :func:`analytic.core.formula.magnitude`."""
     declared = info(keyword) if unit is None else None
     unit = declared.unit if declared is not None else as_unit(unit)
     shown = value

@@ -40,8 +40,8 @@ _CONDITIONS = frozenset({"lt", "le", "gt", "ge", "eq", "and", "or", "not"})
 
 
 class Term:
-    """One operation (``op``) on its ``args``: terms, numbers (int, Fraction) or booleans. ``op`` "sym"
-    is a declared symbol, its one argument the keyword."""
+    """One operation (``op``) on its ``args``: terms, numbers (int, Fraction) or booleans. ``op``
+    "sym" is a declared symbol, its one argument the keyword."""
 
     __slots__ = ("op", "args", "_hash", "_keywords")
 
@@ -63,9 +63,9 @@ class Term:
     def __reduce__(self):  # unpickled through __new__, so one object per term still
         return (Term, (self.op, self.args))
 
-    # arithmetic and comparisons, recorded with the operands in the order Python passed them; what sympy
-    # folds whatever the symbols (0·x, 0/x, x/x, x − x) is folded here too, so a term holds the symbols its
-    # expression does
+    # arithmetic and comparisons, recorded with the operands in the order Python passed them; what
+    # sympy folds whatever the symbols (0·x, 0/x, x/x, x − x) is folded here too, so a term holds
+    # the symbols its expression does
     def __add__(self, other):
         return Term("add", (self, other))
 
@@ -119,8 +119,8 @@ class Term:
         return self._hash
 
     def __bool__(self):
-        """True for an expression (a sympy expression's truth, which plans of symbols read as "given");
-        a condition in symbols has none."""
+        """True for an expression (a sympy expression's truth, which plans of symbols read as
+        "given"); a condition in symbols has none."""
         if self.op in _CONDITIONS:
             raise TypeError("a condition in symbols has no truth value")
         return True
@@ -154,8 +154,8 @@ def symbol(keyword: str) -> Term:
 
 
 def input_(keyword: str) -> Term:
-    """A plan template's input ``keyword``: data a term at numbers holds as it is (no catalogue symbol,
-    :attr:`Term.keywords` does not count it); sympy's symbol of ``keyword`` in a replay."""
+    """A plan template's input ``keyword``: data a term at numbers holds as it is (no catalogue
+    symbol, :attr:`Term.keywords` does not count it); sympy's symbol of ``keyword`` in a replay."""
     return Term("in", (keyword,))
 
 
@@ -179,26 +179,30 @@ def power(a, b) -> Term:
 
 
 def subs(a, old: Term, new) -> Term:
-    """``a`` with the symbol ``old`` replaced by ``new`` (sympy's ``subs``, which simplifies as it goes)."""
+    """``a`` with the symbol ``old`` replaced by ``new`` (sympy's ``subs``, which simplifies as it
+    goes)."""
     return Term("subs", (a, old, new))
 
 
 def evalf(a, digits: int) -> Term:
-    """``a`` as a float of ``digits`` significant digits (sympy's ``evalf``). Sympy's arithmetic on such a
-    float keeps its precision, not more: a term with one is evaluated by sympy (:func:`numeric`)."""
+    """``a`` as a float of ``digits`` significant digits (sympy's ``evalf``). Sympy's arithmetic on
+    such a float keeps its precision, not more: a term with one is evaluated by sympy
+    (:func:`numeric`)."""
     return Term("evalf", (a, digits))
 
 
 def numeric(x) -> bool:
-    """Whether :func:`value` evaluates ``x`` (no float of limited precision, :func:`evalf`, in it)."""
+    """Whether :func:`value` evaluates ``x`` (no float of limited precision, :func:`evalf`, in
+    it)."""
     if isinstance(x, tuple):
         return all(numeric(a) for a in x)
     return not isinstance(x, Term) or (x.op != "evalf" and all(numeric(a) for a in x.args))
 
 
 def ratio(a, b):
-    """``a / b``, exact where both are exact numbers (a Fraction, an int where whole); NaN for numbers over
-    zero (sympy's nan or zoo: a plan's quantity for a case it does not take, which raises only if asked)."""
+    """``a / b``, exact where both are exact numbers (a Fraction, an int where whole); NaN for
+    numbers over zero (sympy's nan or zoo: a plan's quantity for a case it does not take, which
+    raises only if asked)."""
     if type(a) in _EXACT and type(b) in _EXACT:
         return whole(Fraction(a, b)) if b != 0 else math.nan
     if type(a) in _NUMBER and type(b) in _NUMBER:
@@ -208,13 +212,15 @@ def ratio(a, b):
 
 _EXACT = (int, Fraction)
 _NUMBER = (int, Fraction, float, Decimal)
-#: where a number stops being exact (past a root, exponential, logarithm or fractional power) it is a Decimal of
-#: 40 significant digits: sympy evaluated such an expression to 30 before it became a float, so both round alike
+#: where a number stops being exact (past a root, exponential, logarithm or fractional power) it is
+#: a Decimal of 40 significant digits: sympy evaluated such an expression to 30 before it became a
+#: float, so both round alike
 CONTEXT = decimal.Context(prec=40)
 
 
 def inexact(x) -> Decimal:
-    """A number as a Decimal (a Fraction to :data:`CONTEXT`'s precision; an int or float exactly)."""
+    """A number as a Decimal (a Fraction to :data:`CONTEXT`'s precision; an int or float
+    exactly)."""
     if type(x) is Decimal:
         return x
     if type(x) is Fraction:
@@ -223,9 +229,9 @@ def inexact(x) -> Decimal:
 
 
 def arithmetic(op: str, a, b):
-    """``a`` op ``b`` ("add", "sub", "mul", "div", "pow") on numbers: exact on ints and Fractions, to
-    :data:`CONTEXT`'s precision where one is a Decimal, NaN where there is no finite real result; a term
-    where one is a term."""
+    """``a`` op ``b`` ("add", "sub", "mul", "div", "pow") on numbers: exact on ints and Fractions,
+    to :data:`CONTEXT`'s precision where one is a Decimal, NaN where there is no finite real result;
+    a term where one is a term."""
     if type(a) is Term or type(b) is Term:
         return _BINARY[op](a, b)
     if type(a) is float or type(b) is float:  # NaN, a case without a value
@@ -249,8 +255,8 @@ _DECIMAL = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide",
 
 
 def _decimal_op(name: str):
-    """The Decimal operation ``name`` of a number, to :data:`CONTEXT`'s precision; NaN where there is no
-    finite real value."""
+    """The Decimal operation ``name`` of a number, to :data:`CONTEXT`'s precision; NaN where there
+    is no finite real value."""
     def op(a):
         if a != a:
             return math.nan
@@ -275,23 +281,24 @@ NUMBER_OPS = {
 
 
 def _value_at_max(pairs):
-    """``(key0, value0, key1, value1, ...)``: the value paired with the largest key (the first on a tie)."""
+    """``(key0, value0, key1, value1, ...)``: the value paired with the largest key (the first on a
+    tie)."""
     keys = pairs[0::2]
     return pairs[1 + 2 * max(range(len(keys)), key=lambda i: (keys[i], -i))]
 
 
 def _gcd(a, b):
-    """The greatest common divisor of two exact numbers (of rationals: gcd of the numerators over lcm
-    of the denominators)."""
+    """The greatest common divisor of two exact numbers (of rationals: gcd of the numerators over
+    lcm of the denominators)."""
     a, b = Fraction(a), Fraction(b)
     return whole(Fraction(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator)))
 
 
 # --- numbers -----------------------------------------------------------------------------------
 def value(x, env: dict, memo: dict | None = None):
-    """A term at numbers: ``env`` maps keyword → int, Fraction or Decimal. An int or Fraction where the
-    operations keep it exact, a Decimal (:data:`CONTEXT`) after a root, exponential, logarithm or fractional
-    power, NaN where there is no finite real value; a bool for a condition."""
+    """A term at numbers: ``env`` maps keyword → int, Fraction or Decimal. An int or Fraction where
+    the operations keep it exact, a Decimal (:data:`CONTEXT`) after a root, exponential, logarithm
+    or fractional power, NaN where there is no finite real value; a bool for a condition."""
     if not isinstance(x, Term):
         return x
     memo = {} if memo is None else memo
@@ -330,9 +337,9 @@ def _value(t: Term, env: dict, memo: dict):
 
 
 def piecewise(pieces):
-    """The term of ``(value, condition)`` pieces, the first whose condition holds, as sympy's Piecewise
-    builds it: pieces past a true condition and those under a false one dropped, neighbours with the
-    same value merged; the value itself where the first condition is true."""
+    """The term of ``(value, condition)`` pieces, the first whose condition holds, as sympy's
+    Piecewise builds it: pieces past a true condition and those under a false one dropped,
+    neighbours with the same value merged; the value itself where the first condition is true."""
     out: list = []
     for v, c in pieces:
         if c is False:
@@ -368,7 +375,8 @@ def _piecewise(t: Term, env: dict, memo: dict):
 
 
 def applied(op: str, args):
-    """``op`` on ``args`` of which one is a term: a term (with the folds of Python's operators on terms)."""
+    """``op`` on ``args`` of which one is a term: a term (with the folds of Python's operators on
+    terms)."""
     if op in _BINARY:
         return _BINARY[op](*args)
     if op == "neg":

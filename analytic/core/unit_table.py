@@ -1,11 +1,11 @@
 """The unit definitions of ``units.txt`` read without pint: names, symbols, prefixes, dimensions and
 conversion factors, computed as pint computes them from the same file.
 
-A unit is held as pint holds it, a container: ``((name, exponent), ...)`` in canonical names ("gigabyte",
-"second"), in the order pint's containers keep. Names resolve as pint resolves them (a name, symbol or
-alias; else a prefix and a unit, a plural "s" allowed), and a conversion factor is pint's float, made by
-the same operations in the same order (``tests/test_quantity.py`` holds both against pint), so a
-quantity converted here has the digits pint gives it.
+A unit is held as pint holds it, a container: ``((name, exponent), ...)`` in canonical names
+("gigabyte", "second"), in the order pint's containers keep. Names resolve as pint resolves them (a
+name, symbol or alias; else a prefix and a unit, a plural "s" allowed), and a conversion factor is
+pint's float, made by the same operations in the same order (``tests/test_quantity.py`` holds both
+against pint), so a quantity converted here has the digits pint gives it.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def times(a: tuple, b: tuple, sign: int = 1) -> tuple:
 
 
 class _Parsed:
-    """An expression of numbers and names as pint's ParserHelper evaluates it: a scale and an ordered
-    container of names."""
+    """An expression of numbers and names as pint's ParserHelper evaluates it: a scale and an
+    ordered container of names."""
 
     __slots__ = ("scale", "items")
 
@@ -173,8 +173,8 @@ def parse(text: str) -> _Parsed:
 
 
 def definitions() -> list[tuple[str, str, list[str], bool]]:
-    """The lines of ``units.txt`` as (name, value, [symbol, *aliases], is a prefix), in the file's order
-    (a prefix's names without their "-")."""
+    """The lines of ``units.txt`` as (name, value, [symbol, *aliases], is a prefix), in the file's
+    order (a prefix's names without their "-")."""
     out = []
     for line in FILE.read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
@@ -208,13 +208,15 @@ def _read() -> tuple[dict, dict]:
 
 
 PREFIXES, UNITS = _read()
-#: names :func:`name_of` added to UNITS as a prefix and a unit ("gigabyte"): never a base for another prefix
+#: names :func:`name_of` added to UNITS as a prefix and a unit ("gigabyte"): never a base for
+#: another prefix
 _PREFIXED: set[str] = set()
 
 
 @functools.lru_cache(maxsize=None)
 def name_of(text: str) -> str:
-    """The canonical name of a unit name, symbol or alias, prefixed or plural ("GB" → "gigabyte")."""
+    """The canonical name of a unit name, symbol or alias, prefixed or plural ("GB" →
+    "gigabyte")."""
     if text in UNITS:
         return UNITS[text].name
     candidates = {}
@@ -259,8 +261,8 @@ def container(text: str) -> tuple:
 
 
 def canonical(items) -> tuple:
-    """A container of any names (a user's, another registry's) in canonical ones, names that resolve alike
-    merged and "dimensionless" dropped."""
+    """A container of any names (a user's, another registry's) in canonical ones, names that resolve
+    alike merged and "dimensionless" dropped."""
     out = ()
     for k, v in items:
         if k != "dimensionless":

@@ -1,10 +1,10 @@
 """Units and quantities as the library gives them.
 
-The library computes with units and quantities as data (:mod:`.quantity`, read from ``units.txt``, where
-``1 byte + 1 FLOP`` raises) and gives pint's objects where a user reads one: :func:`shown` and :func:`Q`
-make them, in the user's registry (:mod:`.registry`). pint is imported when the first is made (``ureg``,
-``Q_`` and ``pint`` here are read on use), so the command line, which prints quantities as data
-(:func:`as_data`), never imports it.
+The library computes with units and quantities as data (:mod:`.quantity`, read from ``units.txt``,
+where ``1 byte + 1 FLOP`` raises) and gives pint's objects where a user reads one: :func:`shown` and
+:func:`Q` make them, in the user's registry (:mod:`.registry`). pint is imported when the first is
+made (``ureg``, ``Q_`` and ``pint`` here are read on use), so the command line, which prints
+quantities as data (:func:`as_data`), never imports it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ _AS_DATA = contextvars.ContextVar("analytic_units_as_data", default=False)
 
 @contextlib.contextmanager
 def as_data():
-    """Within it, the quantities and units the library gives are its own (:mod:`.quantity`), not pint's."""
+    """Within it, the quantities and units the library gives are its own (:mod:`.quantity`), not
+    pint's."""
     token = _AS_DATA.set(True)
     try:
         yield
@@ -143,8 +144,8 @@ def takes_bare_number(unit) -> bool:
 
 
 class Shown:
-    """A dataclass field that holds the library's quantities (one, or a dict of them) and is read as the
-    library gives them (:func:`shown`); ``default`` as the field's."""
+    """A dataclass field that holds the library's quantities (one, or a dict of them) and is read as
+    the library gives them (:func:`shown`); ``default`` as the field's."""
 
     def __init__(self, default=None):
         self.default = default
@@ -163,8 +164,8 @@ class Shown:
 
 
 class ShownMapping(Mapping):
-    """A dict of the library's quantities, each read as the library gives it when it is read (a key looked up
-    or listed makes no quantity)."""
+    """A dict of the library's quantities, each read as the library gives it when it is read (a key
+    looked up or listed makes no quantity)."""
 
     def __init__(self, held: dict):
         self._held = held

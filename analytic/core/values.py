@@ -15,8 +15,9 @@ checked the same way wherever it enters:
   a formula takes), counts at most :data:`MAX_COUNT`;
 - each symbol's domain (:data:`DOMAINS`) is enforced on Python and sympy numbers alike.
 
-Nothing here imports sympy, pint or numpy: a Python number is read as an exact ``int`` or ``Fraction``,
-and a value is a sympy object (a numpy number) only where the caller has imported sympy (numpy).
+Nothing here imports sympy, pint or numpy: a Python number is read as an exact ``int`` or
+``Fraction``, and a value is a sympy object (a numpy number) only where the caller has imported
+sympy (numpy).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from .units import DIMENSIONLESS, Quantity, Unit, data, is_quantity
 HUGE = 1e300
 #: smallest non-zero magnitude accepted, in the symbol's unit (float64 subnormals start at 2.2e-308)
 TINY = 1e-300
-#: domain name → what it admits (a symbol's domain is one of these names, or ("choice", options): an index)
+#: domain name → what it admits (a symbol's domain is one of these names, or ("choice", options): an
+#: index)
 DOMAINS = {
     "count": "an integer ≥ 1",
     "count0": "an integer ≥ 0",
@@ -64,15 +66,15 @@ _PLAIN = frozenset({int, float, bool, str, type(None)})
 
 
 def _numpy_is(x, kind: str) -> bool:
-    """Whether ``x`` is a numpy scalar of ``kind`` ("bool_", "integer", "floating"); False while numpy is
-    not imported (no value can be one then)."""
+    """Whether ``x`` is a numpy scalar of ``kind`` ("bool_", "integer", "floating"); False while
+    numpy is not imported (no value can be one then)."""
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(x, getattr(numpy, kind))
 
 
 def is_number(x) -> bool:
-    """Whether ``x`` is a number: anything but an expression in symbols (sympy's with free symbols, or
-    a term)."""
+    """Whether ``x`` is a number: anything but an expression in symbols (sympy's with free symbols,
+    or a term)."""
     if type(x) in _PLAIN:
         return True
     if type(x) is Term:
@@ -108,8 +110,8 @@ def _text(keyword: str, text: str) -> str:
 
 
 def parse_quantity(keyword: str, text: str):
-    """``text`` as ``(Fraction, unit string or None)``: one number, then at most one unit; or one over a
-    quantity of one unit, ``"1/(50000 hour)"``."""
+    """``text`` as ``(Fraction, unit string or None)``: one number, then at most one unit; or one
+    over a quantity of one unit, ``"1/(50000 hour)"``."""
     per = _PER.fullmatch(_text(keyword, text))
     # N/(M unit): N/M per unit
     if per and unit_table.plain(per.group(3), one_name=True) and Fraction(per.group(2)):
@@ -140,8 +142,8 @@ def unit_of(keyword: str, text: str) -> Unit:
 
 
 def quantity(keyword: str, value):
-    """A string or a quantity (the library's or any pint registry's) as the library's Quantity (a plain
-    number as itself)."""
+    """A string or a quantity (the library's or any pint registry's) as the library's Quantity (a
+    plain number as itself)."""
     if isinstance(value, str):
         number, unit = parse_quantity(keyword, value)
         return number if unit is None else Quantity(number_value(number), unit_of(keyword, unit))
@@ -166,8 +168,9 @@ def number_value(x: Fraction):
 
 
 def exact_number(x) -> int | Fraction:
-    """A Python or numpy number as an exact, finite ``int`` or ``Fraction`` (a whole one as an int; floats
-    by their shortest decimal); a sympy rational as the same, a sympy float by its shortest decimal."""
+    """A Python or numpy number as an exact, finite ``int`` or ``Fraction`` (a whole one as an int;
+    floats by their shortest decimal); a sympy rational as the same, a sympy float by its shortest
+    decimal."""
     if is_sympy(x):
         if x.is_Float and x.is_finite:
             return exact_number(float(x))
@@ -196,15 +199,16 @@ def exact_number(x) -> int | Fraction:
 
 
 def as_float(x) -> float:
-    """An exact number as a float: a Fraction or sympy rational by one correctly rounded division (as
-    float() of a Fraction gives; a sympy rational's without mpmath)."""
+    """An exact number as a float: a Fraction or sympy rational by one correctly rounded division
+    (as float() of a Fraction gives; a sympy rational's without mpmath)."""
     if is_sympy(x) and x.is_Rational:
         return x.p / x.q
     return float(x)
 
 
 def exact(x):
-    """A Python, numpy or sympy number as an exact, finite sympy number (floats by their shortest decimal)."""
+    """A Python, numpy or sympy number as an exact, finite sympy number (floats by their shortest
+    decimal)."""
     if is_sympy(x):
         if x.is_number and x.is_finite is not True:
             raise InputError(f"expected a finite number, got {x}")
@@ -224,8 +228,8 @@ def in_range(keyword: str, value, shown):
 
 
 def check_domain(keyword: str, domain, value, shown=None):
-    """``value`` (an exact number: int, Fraction or sympy) if it lies in ``domain``; an InputError naming
-    both otherwise."""
+    """``value`` (an exact number: int, Fraction or sympy) if it lies in ``domain``; an InputError
+    naming both otherwise."""
     shown = value if shown is None else shown
     if domain is None:
         return value
@@ -242,9 +246,10 @@ def check_domain(keyword: str, domain, value, shown=None):
 
 
 def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, shown=None):
-    """A whole count ≥ ``minimum`` (at most MAX_COUNT), as an int; a sympy expression with symbols is
-    returned as it is (unless ``allow_symbol`` is False; ``symbols.canonical`` maps a user's Symbol("dp")
-    to the declared one). Strings are not counts here; see :func:`analytic.core.counts.parse_count`."""
+    """A whole count ≥ ``minimum`` (at most MAX_COUNT), as an int; a sympy expression with symbols
+    is returned as it is (unless ``allow_symbol`` is False; ``symbols.canonical`` maps a user's
+    Symbol("dp") to the declared one). Strings are not counts here; see
+    :func:`analytic.core.counts.parse_count`."""
     if type(value) is int and minimum <= value <= MAX_COUNT:  # the common case, without sympy
         return value
     shown = show(value if shown is None else shown)
@@ -264,10 +269,11 @@ def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, show
 
 
 def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, str]:
-    """Tokens per step, exactly, from a count ('16M', '16Mi', '16777216', '16e6', or a number), and a
-    note. The one reading of a batch in tokens (Plan, search and the CLI): a decimal suffix whose count
-    is not whole sequences of ``seq_len`` while its binary reading is ('16M' at 8,192 tokens) is read as
-    binary, and the note says so (the CLI prints it, Plan and search keep it in ``.notes`` and warn)."""
+    """Tokens per step, exactly, from a count ('16M', '16Mi', '16777216', '16e6', or a number), and
+    a note. The one reading of a batch in tokens (Plan, search and the CLI): a decimal suffix whose
+    count is not whole sequences of ``seq_len`` while its binary reading is ('16M' at 8,192 tokens)
+    is read as binary, and the note says so (the CLI prints it, Plan and search keep it in
+    ``.notes`` and warn)."""
     if isinstance(value, str) and suffixed_count(value) is not None:
         number, suffix = suffixed_count(value)
     elif isinstance(value, str) or is_quantity(value):  # a quantity of tokens ('16 Mitoken')
@@ -282,8 +288,8 @@ def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, 
 
 
 def fraction(name: str, value, *, upper: float | None = 1.0):
-    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any), as an
-    exact int or Fraction (a sympy number or expression as it is)."""
+    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any), as
+    an exact int or Fraction (a sympy number or expression as it is)."""
     q = quantity(name, value)
     if isinstance(q, Quantity):
         if not q.dimensionless:

@@ -1,9 +1,10 @@
 """Fit the predictive model's constants once, on published measurements.
 
-The constants are each stack family's efficiency (the share of the op-level ideal step, its kernels at
-the devices' measured ceilings, that the framework realises) and one attention factor. The collectives' per-step latencies and the overlap are not fitted (the step times
-cannot pin them): they are fixed from their sources (presets/collectives.toml). Each measured case is a Plan
-whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
+The constants are each stack family's efficiency (the share of the op-level ideal step, its kernels
+at the devices' measured ceilings, that the framework realises) and one attention factor. The
+collectives' per-step latencies and the overlap are not fitted (the step times cannot pin them):
+they are fixed from their sources (presets/collectives.toml). Each measured case is a Plan whose
+constants are left as symbols; its metric is compiled once with ``lambdify`` and
 ``scipy.optimize.least_squares`` fits log(predicted / published) over all cases, each source
 weighted equally. Leave-one-out refits without each case and predicts it; leave-one-source-out
 refits without every case of the case's source (its ``group``), so that rows of one table cannot
@@ -49,8 +50,8 @@ LOSS, F_SCALE = "soft_l1", 0.1
 
 
 def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Plan:
-    """A Plan from a case's ``plan`` table (:func:`.cases.plan_of`), with the fitted constants given, or
-    left as their symbols (``symbolic_constants``)."""
+    """A Plan from a case's ``plan`` table (:func:`.cases.plan_of`), with the fitted constants
+    given, or left as their symbols (``symbolic_constants``)."""
     if symbolic_constants:
         constants = {k: sym(k) for k in (FITTED, *SHARED)}
     return plan_of(spec, **constants)
@@ -121,16 +122,17 @@ def _case_constants(constants, case, fallback=None):
 
 
 def fit(cases: list[Case], start: dict | None = None) -> dict:
-    """Least-squares fit of log(predicted/published); returns the constants. ``start``: constants to start
-    from (a fit of more cases, whose optimum a refit without some of them lies near), else :data:`START`."""
+    """Least-squares fit of log(predicted/published); returns the constants. ``start``: constants to
+    start from (a fit of more cases, whose optimum a refit without some of them lies near), else
+    :data:`START`."""
     if not cases:
         raise ValidationError("calibration: no fitted case to fit the step-time constants on")
     return _fit(cases, start)[0]
 
 
 def _predictable(case: Case, constants: dict, left_out: str) -> None:
-    """Refuse, naming them, a case whose shared constants the fit without ``left_out`` did not determine
-    (no case of the other sources reads them)."""
+    """Refuse, naming them, a case whose shared constants the fit without ``left_out`` did not
+    determine (no case of the other sources reads them)."""
     missing = [k for k in SHARED if k in case.keywords and k not in constants]
     if missing:
         raise ValidationError(f"{case.id}: with {left_out} left out no fitted case determines {', '.join(missing)}; "
@@ -169,17 +171,17 @@ def _fit(cases: list[Case], start: dict | None = None):
 
 
 def source_weights(cases: list[Case]) -> np.ndarray:
-    """1/√n for each case of a source with n cases: every source weighs the same in the sum of squares,
-    so a table of many rows from one run does not outvote a paper with one."""
+    """1/√n for each case of a source with n cases: every source weighs the same in the sum of
+    squares, so a table of many rows from one run does not outvote a paper with one."""
     sizes = {g: sum(c.group == g for c in cases) for g in {c.group for c in cases}}
     return np.array([1 / math.sqrt(sizes[c.group]) for c in cases])
 
 
 def identifiability(cases: list[Case]) -> list[dict]:
-    """For each fitted constant: its value, its standard error (from the Jacobian J of the weighted log
-    residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as they are, before
-    the robust loss) and the cases that determine it: each case's share J²ᵢⱼ/Σᵢ J²ᵢⱼ of the constant's
-    information, largest first."""
+    """For each fitted constant: its value, its standard error (from the Jacobian J of the weighted
+    log residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as they are,
+    before the robust loss) and the cases that determine it: each case's share J²ᵢⱼ/Σᵢ J²ᵢⱼ of the
+    constant's information, largest first."""
     _, names, res = _fit(cases)
     jac, r = res.jac, res.fun
     dof = max(len(r) - len(names), 1)
@@ -195,8 +197,8 @@ def identifiability(cases: list[Case]) -> list[dict]:
 
 
 def pooled_efficiency(constants: dict, cases: list[Case]) -> float:
-    """Geometric mean of the fitted families' efficiencies, each weighted by its number of sources: the
-    efficiency of a stack no fitted source ran."""
+    """Geometric mean of the fitted families' efficiencies, each weighted by its number of sources:
+    the efficiency of a stack no fitted source ran."""
     weights = {k: len({c.group for c in cases if c.key == k}) for k in constants[FITTED]}
     total = sum(weights.values())
     return math.exp(sum(w * math.log(constants[FITTED][k]) for k, w in weights.items()) / total)
@@ -241,8 +243,8 @@ def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
 
 
 def time_ratio(case: Case, prediction: float) -> float:
-    """Measured over predicted step time, from a prediction of ``case``'s metric (throughputs vary as
-    1/step time, GPU-hours per token and the step time itself as the step time)."""
+    """Measured over predicted step time, from a prediction of ``case``'s metric (throughputs vary
+    as 1/step time, GPU-hours per token and the step time itself as the step time)."""
     return case.target / prediction if case.metric in ("gpu_hours_per_token", "step_time") else prediction / case.target
 
 
@@ -260,8 +262,8 @@ def interval(cases: list[Case], predictions: dict, coverage: float = COVERAGE) -
 
 
 def memory_case_plan(case: dict, runs: dict) -> dict:
-    """The plan table of a ``memory`` case: its own, or that of the predicted case (of ``runs``, by id)
-    whose run it measured."""
+    """The plan table of a ``memory`` case: its own, or that of the predicted case (of ``runs``, by
+    id) whose run it measured."""
     return case["plan"] if "plan" in case else runs[case["plan_of"]]["plan"]
 
 
@@ -280,12 +282,12 @@ def load_cases(path: Path) -> list[Case]:
 def render(constants: dict, cases: list[Case], source: str = "",
            ratios: tuple[float, float] | None = None, memory: dict | None = None,
            outside: dict | None = None, routing: dict | None = None) -> str:
-    """The fitted constants as the calibration file the hardware presets read (presets/calibration.toml);
-    ``ratios``: the interval of measured/predicted step time (:func:`interval`); ``memory``: the
-    allocator's reserve fitted on measured peaks (:func:`analytic.fit.reserve.summary`); ``outside``: the
-    memory outside it fitted on snapshots (:func:`analytic.fit.outside.summary`), of the same
-    allocator; ``routing``: the imbalance of dropless MoE routing
-    (:func:`analytic.fit.routing.summary`)."""
+    """The fitted constants as the calibration file the hardware presets read
+    (presets/calibration.toml); ``ratios``: the interval of measured/predicted step time
+    (:func:`interval`); ``memory``: the allocator's reserve fitted on measured peaks
+    (:func:`analytic.fit.reserve.summary`); ``outside``: the memory outside it fitted on snapshots
+    (:func:`analytic.fit.outside.summary`), of the same allocator; ``routing``: the imbalance of
+    dropless MoE routing (:func:`analytic.fit.routing.summary`)."""
     lines = [
         "# Constants of the predictive step-time model, the allocator's reserve over the memory count and the memory",
         "# a process holds outside its allocator.",

@@ -1,6 +1,6 @@
-"""Reading a case folder: every TOML file's cases and [plans] tables, each case's structure checked before
-any of it is used (its kind, the fields the kind needs, their types), so a malformed case is one error
-naming it and the field, never a traceback from inside a fit."""
+"""Reading a case folder: every TOML file's cases and [plans] tables, each case's structure checked
+before any of it is used (its kind, the fields the kind needs, their types), so a malformed case is
+one error naming it and the field, never a traceback from inside a fit."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from ..core.files import read_text
 
 
 def find_folder(folder: Path | str | None = None) -> Path:
-    """The cases' folder: ``folder`` when given, else the ``validation/`` folder of the source checkout
-    this package is installed from, else the copy a wheel carries (``analytic/cases``). Never the
-    working directory or its parents: cases run code paths of the library, and a folder planted
-    there would steer them."""
+    """The cases' folder: ``folder`` when given, else the ``validation/`` folder of the source
+    checkout this package is installed from, else the copy a wheel carries (``analytic/cases``).
+    Never the working directory or its parents: cases run code paths of the library, and a folder
+    planted there would steer them."""
     if folder is not None:
         folder = Path(folder)
         if not folder.is_dir():
@@ -37,8 +37,8 @@ PLAN_TABLES = ("layout", "hardware_overrides", "model_overrides")
 
 
 def _check_plan(where: str, plan) -> None:
-    """A plan table's structure: a table with a model (a preset's name or a table), a hardware preset's name
-    and, where given, tables for its layout and overrides."""
+    """A plan table's structure: a table with a model (a preset's name or a table), a hardware
+    preset's name and, where given, tables for its layout and overrides."""
     if not isinstance(plan, dict):
         raise ValidationError(f"{where}: plan must be a table, got {type(plan).__name__}")
     if not isinstance(plan.get("model"), (str, dict)) or not isinstance(plan.get("hardware"), str):
@@ -49,7 +49,8 @@ def _check_plan(where: str, plan) -> None:
 
 
 def _check_published(where: str, value) -> None:
-    """A published figure: a number, or a string of a number and its unit (not a list, a date or a flag)."""
+    """A published figure: a number, or a string of a number and its unit (not a list, a date or a
+    flag)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or isinstance(value, datetime.date):
         raise ValidationError(f"{where}: published must be a number or a string such as '430 TFLOP/s', "
                               f"got {type(value).__name__}")
@@ -58,8 +59,8 @@ def _check_published(where: str, value) -> None:
 
 
 def load(folder: Path) -> tuple[list[dict], dict]:
-    """Every case of the folder's TOML files, and their [plans] tables; a memory case's ``plan_of`` names
-    a predicted case of the folder that has a plan."""
+    """Every case of the folder's TOML files, and their [plans] tables; a memory case's ``plan_of``
+    names a predicted case of the folder that has a plan."""
     cases, plans = _load(folder, sorted(folder.glob("*.toml")))
     runs = {c["id"] for c in cases if c["kind"] == "predicted" and "plan" in c}
     for c in cases:
@@ -70,8 +71,8 @@ def load(folder: Path) -> tuple[list[dict], dict]:
 
 
 def cases_by_id(folder: Path, ids) -> dict:
-    """id → case, for ``ids`` only, read from the folder's files that name them (each case checked as
-    :func:`load` checks it)."""
+    """id → case, for ``ids`` only, read from the folder's files that name them (each case checked
+    as :func:`load` checks it)."""
     wanted = set(ids)
     paths = [p for p in sorted(folder.glob("*.toml")) if any(f'"{i}"' in read_text(p) for i in wanted)]
     out = {c["id"]: c for c in _load(folder, paths)[0] if c["id"] in wanted}
@@ -137,8 +138,9 @@ def _load(folder: Path, paths) -> tuple[list[dict], dict]:
 
 
 def plan_of(spec: dict, **keywords):
-    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...; ``model`` a
-    preset's name or a table of :class:`~analytic.Model` fields with its ``source``), with ``keywords``."""
+    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...;
+    ``model`` a preset's name or a table of :class:`~analytic.Model` fields with its ``source``),
+    with ``keywords``."""
     from ..core.values import quantity
     from ..plan import Layout, Plan
     from ..presets import hardware, model

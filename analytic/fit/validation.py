@@ -2,9 +2,10 @@
 
 Case kinds: ``identity`` (a formula reproduces a published closed form or value), ``derived`` (a
 published number follows from published inputs), ``predicted`` (a measurement the calibrated model
-must predict, its source left out), ``memory`` (a measured peak per GPU), ``oom`` (a published run that ran
-out of memory), ``outside`` (a snapshot of the memory a process holds outside its allocator), ``claim``
-(the source text's claims). Nothing here knows a case by name: the cases are data."""
+must predict, its source left out), ``memory`` (a measured peak per GPU), ``oom`` (a published run
+that ran out of memory), ``outside`` (a snapshot of the memory a process holds outside its
+allocator), ``claim`` (the source text's claims). Nothing here knows a case by name: the cases are
+data."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class Result:
         return self.status == self.expected
 
 
-#: what a case's ``compute`` may read of the objects it gets (nothing else, and nothing starting with _)
+#: what a case's ``compute`` may read of the objects it gets (nothing else, and nothing starting
+#: with _)
 ATTRIBUTES = frozenset({
     "Layout", "simplify", "expand", "log",  # of the namespaces an and sympy below
     "activations", "active_params", "calibration", "communication", "expr", "gpus", "hbm", "link_efficiency",
@@ -121,8 +123,8 @@ def _evaluate(case: dict, ns: dict) -> Result:
 
 
 def _guarded(evaluate, case: dict, ns: dict) -> Result:
-    """``evaluate(case, ns)``, whatever goes wrong in it (a division by zero, an overflow, a recursion,
-    a unit mismatch, a library error) one ValidationError naming the case."""
+    """``evaluate(case, ns)``, whatever goes wrong in it (a division by zero, an overflow, a
+    recursion, a unit mismatch, a library error) one ValidationError naming the case."""
     try:
         with as_data():  # unit text read by the library's bounded grammar, as on the command line
             return evaluate(case, ns)
@@ -136,7 +138,8 @@ def _guarded(evaluate, case: dict, ns: dict) -> Result:
 
 def _predicted(cases: list[dict]) -> list[Result]:
     """Each case predicted with its whole source left out of the fit (the headline and the status),
-    and also in-fit, leave-one-case-out, and by the compute-only baseline with its source left out."""
+    and also in-fit, leave-one-case-out, and by the compute-only baseline with its source left
+    out."""
     objs, baseline, specs = [], [], {}
     if not cases:
         return []
@@ -185,9 +188,9 @@ def _count_share(plan) -> float:
 
 def _memory(folder: Path, cases: dict) -> list[Result]:
     """Each measured peak (``cases``: id → memory case) against its run's fullest stage times the
-    allocator's reserve fitted with the peak's source left out (:mod:`analytic.fit.reserve`), or the count
-    alone for a peak of allocated memory; the count alone and the reserve fitted on every peak are kept
-    beside it."""
+    allocator's reserve fitted with the peak's source left out (:mod:`analytic.fit.reserve`), or the
+    count alone for a peak of allocated memory; the count alone and the reserve fitted on every peak
+    are kept beside it."""
     from . import reserve
     rows = reserve.peaks(folder)
     if not rows:
@@ -198,7 +201,8 @@ def _memory(folder: Path, cases: dict) -> list[Result]:
     out = []
     for r in rows:
         case = cases[r["id"]]
-        # a peak of allocated memory is the live tensors: the count is its prediction, in and out of the fit
+        # a peak of allocated memory is the live tensors: the count is its prediction, in and out of
+        # the fit
         left_out, in_fit = (1.0, 1.0) if r["measure"] == "allocated" else (loso[r["id"]], factor)
         unit = as_quantity("published", case["published"]).units
         ours = (r["counted"] * left_out).to(unit)
@@ -214,8 +218,8 @@ def _memory(folder: Path, cases: dict) -> list[Result]:
 
 
 def _oom(cases: list[dict]) -> list[Result]:
-    """Each reported out-of-memory run against its fullest stage (:meth:`Plan.memory_verdict`): the case
-    holds ("within") when the model puts its count above the HBM too."""
+    """Each reported out-of-memory run against its fullest stage (:meth:`Plan.memory_verdict`): the
+    case holds ("within") when the model puts its count above the HBM too."""
     out = []
     for c in cases:
         plan = calibration.build_plan(copy.deepcopy(c["plan"]))
@@ -229,8 +233,8 @@ def _oom(cases: list[dict]) -> list[Result]:
 
 
 def _outside(folder: Path, cases: dict) -> list[Result]:
-    """Each snapshot's memory outside the allocator (:mod:`analytic.fit.outside`) against the mean of every
-    other source's."""
+    """Each snapshot's memory outside the allocator (:mod:`analytic.fit.outside`) against the mean
+    of every other source's."""
     from . import outside
     rows = outside.snapshots(folder)
     if len({r["group"] for r in rows}) < 2:
@@ -248,7 +252,8 @@ def _outside(folder: Path, cases: dict) -> list[Result]:
 
 
 def run(folder: Path | None = None, *, predicted: bool = True) -> list[Result]:
-    """Every case (``predicted=False``: all but the predicted ones, which need the calibration fit)."""
+    """Every case (``predicted=False``: all but the predicted ones, which need the calibration
+    fit)."""
     folder = folder or find_folder()
     cases, plans = load(folder)
     ns = namespace(plans)
@@ -283,9 +288,9 @@ def statistics(results: list[Result]) -> dict:
     """Cases by kind and status, and for the predicted cases (the fitted ones, and all) the mean and
     max absolute relative error in-fit, leave-one-out, leave-one-source-out and for the compute-only
     baseline (leave-one-source-out), and the same by source; for memory, the measured peaks' errors,
-    the published runs (the predicted cases) whose count the model puts above their HBM and those at the
-    allocator's limit, the runs that ran out of memory that it would fit, and the largest count over HBM
-    of a run that ran and the smallest of one that ran out."""
+    the published runs (the predicted cases) whose count the model puts above their HBM and those at
+    the allocator's limit, the runs that ran out of memory that it would fit, and the largest count
+    over HBM of a run that ran and the smallest of one that ran out."""
     out = {"cases": {}, "predicted": {}}
     for kind in KINDS:
         counts = {}
@@ -341,9 +346,9 @@ def statistics(results: list[Result]) -> dict:
 
 
 def _by_family(subset: list, stats) -> dict:
-    """The errors of the cases whose stack family rests on one fitted source (left out, that family takes the
-    pooled value) and of those whose family has several, and the largest error in each case's published
-    unit (a throughput's, a time's) beside the step time's."""
+    """The errors of the cases whose stack family rests on one fitted source (left out, that family
+    takes the pooled value) and of those whose family has several, and the largest error in each
+    case's published unit (a throughput's, a time's) beside the step time's."""
     sources = {}
     for r in subset:
         if r.extra["in_fit"]:

@@ -1,7 +1,9 @@
 """Plan: one training step of a model on hardware with a layout, every quantity composed from the
-catalogue (:mod:`analytic.plan.core`), and layouts with their one validity check (:mod:`analytic.plan.layout`).
+catalogue (:mod:`analytic.plan.core`), and layouts with their one validity check
+(:mod:`analytic.plan.layout`).
 
-Layouts and their checks import neither sympy nor the catalogue; ``Plan`` and ``Memory`` are imported from their modules when first used."""
+Layouts and their checks import neither sympy nor the catalogue; ``Plan`` and ``Memory`` are
+imported from their modules when first used."""
 
 import importlib
 

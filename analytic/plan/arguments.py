@@ -11,8 +11,9 @@ from ..core.values import is_sympy
 
 
 def read(keyword: str, value):
-    """An input in its symbol's unit and domain: an exact int or Fraction (:func:`~analytic.core.symbols.read_magnitude`),
-    or for a sympy value or a Formula a sympy magnitude (:func:`analytic.core.formula.magnitude`)."""
+    """An input in its symbol's unit and domain: an exact int or Fraction
+    (:func:`~analytic.core.symbols.read_magnitude`), or for a sympy value or a Formula a sympy
+    magnitude (:func:`analytic.core.formula.magnitude`)."""
     if type(value) is Term:  # a template's symbol: a magnitude in the symbol's unit
         return value
     formulas = sys.modules.get("analytic.core.formula")  # not imported: no value is a Formula

@@ -1,5 +1,6 @@
-"""Stage 3b of a plan: FLOPs per step — the model FLOPs of each convention and the FLOPs the hardware
-executes (recomputation, FlashAttention's backward, MTP modules, what FP8 recipes keep in 16 bits)."""
+"""Stage 3b of a plan: FLOPs per step — the model FLOPs of each convention and the FLOPs the
+hardware executes (recomputation, FlashAttention's backward, MTP modules, what FP8 recipes keep in
+16 bits)."""
 
 from __future__ import annotations
 

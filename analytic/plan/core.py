@@ -1,7 +1,7 @@
 """Plan: one (model, hardware, layout, batch), every quantity composed from catalogue formulas.
 
-Each quantity is a :class:`~analytic.core.formula.Formula` built by binding catalogue formulas to the
-plan's inputs. An input given as a sympy symbol (``an.sym("dp")``) stays free, so the same code
+Each quantity is a :class:`~analytic.core.formula.Formula` built by binding catalogue formulas to
+the plan's inputs. An input given as a sympy symbol (``an.sym("dp")``) stays free, so the same code
 gives numbers, closed forms and the vectorised expressions that search compiles.
 
 The work is a one-way flow of stages, each a module whose functions take the results of the stages
@@ -63,7 +63,8 @@ class Memory:
 
     @property
     def fits(self) -> bool:
-        """Whether the count and the memory outside the allocator are within the HBM (memory.headroom ≥ 0)."""
+        """Whether the count and the memory outside the allocator are within the HBM
+        (memory.headroom ≥ 0)."""
         return self.total + self.outside <= self.hbm
 
     def as_dict(self) -> dict:
@@ -88,20 +89,20 @@ class Plan:
     ``global_batch`` counts sequences (or give ``batch_tokens``); microbatches per replica =
     global_batch / (dp · microbatch_size). Keyword overrides replace any hardware or calibration
     input by number or symbol: ``peak_flops``, ``sms``, ``hbm``, ``scale_up_bandwidth``,
-    ``scale_out_bandwidth``, ``gpus_per_node``, ``scale_up_domain``, ``matmul_efficiency``
-    (the device's GEMM ceiling over its peak), ``stack_efficiency``, ``attention_factor``, ``link_efficiency``, ``overlap``, ``scale_up_latency``, ``scale_out_latency`` (``latency`` sets
+    ``scale_out_bandwidth``, ``gpus_per_node``, ``scale_up_domain``, ``matmul_efficiency`` (the
+    device's GEMM ceiling over its peak), ``stack_efficiency``, ``attention_factor``,
+    ``link_efficiency``, ``overlap``, ``scale_up_latency``, ``scale_out_latency`` (``latency`` sets
     both), ``interruption_rate``, ``checkpoint_time`` (the stall of an asynchronous checkpoint),
-    ``checkpoint_write_time`` (how long after it the copy is durable), ``restart_time``. ``stack``: the
-    training stack of presets/stacks.toml whose kernels, allocations and efficiency the plan takes; by
-    default the hardware platform's (``choices.default_stack``: Megatron-Core on CUDA and ROCm).
-    ``dispatcher``: how an MoE layer's tokens reach their experts (``choices.DISPATCHERS``), by default the
-    stack's first. ``bf16_layers=(first, last)``: the layers at each end a low-precision plan keeps in BF16.
-    ``expert_capacity=c``: an MoE plan's experts padded to c times their balanced share of
-    tokens (``pad_to_capacity=False``: the tokens beyond it dropped instead, the busiest rank's
-    share capped at it).
-    ``routing_imbalance``: an MoE plan's busiest expert-parallel rank's routed tokens over that
-    share (a number ≥ 1; "balanced", 1, the default; "dropless", the model's value fitted on its
-    runs).
+    ``checkpoint_write_time`` (how long after it the copy is durable), ``restart_time``. ``stack``:
+    the training stack of presets/stacks.toml whose kernels, allocations and efficiency the plan
+    takes; by default the hardware platform's (``choices.default_stack``: Megatron-Core on CUDA and
+    ROCm). ``dispatcher``: how an MoE layer's tokens reach their experts (``choices.DISPATCHERS``),
+    by default the stack's first. ``bf16_layers=(first, last)``: the layers at each end a
+    low-precision plan keeps in BF16. ``expert_capacity=c``: an MoE plan's experts padded to c times
+    their balanced share of tokens (``pad_to_capacity=False``: the tokens beyond it dropped instead,
+    the busiest rank's share capped at it). ``routing_imbalance``: an MoE plan's busiest
+    expert-parallel rank's routed tokens over that share (a number ≥ 1; "balanced", 1, the default;
+    "dropless", the model's value fitted on its runs).
     """
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
@@ -138,7 +139,8 @@ class Plan:
 
     @property
     def inputs(self) -> dict:
-        """keyword → every input of the plan: an exact number (int or Fraction) or a sympy expression."""
+        """keyword → every input of the plan: an exact number (int or Fraction) or a sympy
+        expression."""
         return self._in.given
 
     @property
@@ -170,9 +172,9 @@ class Plan:
         return programs.Numbers(self._in, lower)
 
     def value(self, name: str) -> Quantity:
-        """Plan quantity ``name`` (see :meth:`quantities`) as a number with its unit: from the programs
-        of the plan's structure where they give it, else from its expression (which also says what is
-        missing)."""
+        """Plan quantity ``name`` (see :meth:`quantities`) as a number with its unit: from the
+        programs of the plan's structure where they give it, else from its expression (which also
+        says what is missing)."""
         q = self._numbers.quantity(name)
         return readable(q if q is not None else self.expr(name).value())
 
@@ -205,9 +207,9 @@ class Plan:
 
     # --- expressions ----------------------------------------------------------------------
     def expr(self, name: str, stage: int | None = None) -> Formula:
-        """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`); with ``stage``,
-        a memory quantity (``memory.total``, ``memory.weights``, ...) on that pipeline stage alone (where
-        ``memory.total`` is the fullest stage's, a maximum over stages)."""
+        """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`); with
+        ``stage``, a memory quantity (``memory.total``, ``memory.weights``, ...) on that pipeline
+        stage alone (where ``memory.total`` is the fullest stage's, a maximum over stages)."""
         if stage is not None:
             return self._stage_expr(name, stage)
         builders = self._builders
@@ -219,8 +221,9 @@ class Plan:
         return self._exprs[name]
 
     def sources(self, name: str) -> list[str]:
-        """The catalogue formulas (names, sorted) that quantity ``name`` is composed from: for a numeric
-        layout those of the branches it takes, for a symbolic one those of every branch it may take."""
+        """The catalogue formulas (names, sorted) that quantity ``name`` is composed from: for a
+        numeric layout those of the branches it takes, for a symbolic one those of every branch it
+        may take."""
         found = self._numbers.sources(name)
         return found if found is not None else sorted(self.expr(name).sources)
 
@@ -260,16 +263,16 @@ class Plan:
 
     def step_time(self, mfu=None) -> Quantity:
         """Seconds per step. With ``mfu``: model FLOPs (6ND) / (GPUs · peak · mfu). Without: the
-        predictive model (compute at the device's measured ceilings and the stack's efficiency + bubble + exposed
-        communication; see :meth:`time_breakdown`)."""
+        predictive model (compute at the device's measured ceilings and the stack's efficiency +
+        bubble + exposed communication; see :meth:`time_breakdown`)."""
         if mfu is None:
             return self.value("step_time")
         return self._formula("compute.train_time", {"flops": "flops", "gpus": "gpus"}, mfu=fraction("mfu", mfu))
 
     def step_time_interval(self) -> tuple[Quantity, Quantity]:
-        """(low, high): where the measured step time falls with the calibration's coverage (80%): the
-        predicted step time times the quantiles of measured/predicted over the validation cases, each
-        predicted with its whole source left out of the fit (calibration.toml's [interval])."""
+        """(low, high): where the measured step time falls with the calibration's coverage (80%):
+        the predicted step time times the quantiles of measured/predicted over the validation cases,
+        each predicted with its whole source left out of the fit (calibration.toml's [interval])."""
         cal = self._in.calibration
         if cal is None or cal.interval is None:
             raise PresetError("step_time_interval: the interval comes with the shipped calibration; a plan whose "
@@ -278,28 +281,31 @@ class Plan:
         return t * cal.interval[0], t * cal.interval[1]
 
     def memory_peak(self, stage: int | None = None) -> Quantity:
-        """Peak memory per GPU the allocator reserves (``memory.allocator_peak``): :meth:`memory`'s total
-        (the fullest stage, or ``stage``) times the reserve fitted for the stack's allocator."""
+        """Peak memory per GPU the allocator reserves (``memory.allocator_peak``): :meth:`memory`'s
+        total (the fullest stage, or ``stage``) times the reserve fitted for the stack's
+        allocator."""
         return readable(verdict.allocator_peak(self, stage))
 
     def memory_outside(self) -> Quantity:
-        """Device memory a process holds outside the stack's allocator (the driver's reservation, the CUDA
-        context, NCCL's buffers): the mean of the snapshots of validation/outside.toml (calibration.toml
-        [memory]); ``memory().outside`` is the least of them. ``Plan(..., outside_bytes=)`` replaces both."""
+        """Device memory a process holds outside the stack's allocator (the driver's reservation,
+        the CUDA context, NCCL's buffers): the mean of the snapshots of validation/outside.toml
+        (calibration.toml [memory]); ``memory().outside`` is the least of them. ``Plan(...,
+        outside_bytes=)`` replaces both."""
         return readable(verdict.outside(self))
 
     def memory_verdict(self, stage: int | None = None) -> str:
-        """Whether the stage (default the fullest) fits, one of :data:`~analytic.core.choices.MEMORY_VERDICTS`:
-        "does not fit" where :meth:`memory`'s count and the least memory measured outside the allocator are
-        above the HBM (``Memory.fits``); "fits" where the process's peak (``memory.device_peak``:
-        :meth:`memory_peak` and :meth:`memory_outside`) is within it; "fits at the allocator's limit"
-        between: short of memory, PyTorch's caching allocator releases its cached blocks and retries before it
-        fails (``torch.cuda.memory_stats``: num_alloc_retries). Without a fitted reserve: the count's."""
+        """Whether the stage (default the fullest) fits, one of
+        :data:`~analytic.core.choices.MEMORY_VERDICTS`: "does not fit" where :meth:`memory`'s count
+        and the least memory measured outside the allocator are above the HBM (``Memory.fits``);
+        "fits" where the process's peak (``memory.device_peak``: :meth:`memory_peak` and
+        :meth:`memory_outside`) is within it; "fits at the allocator's limit" between: short of
+        memory, PyTorch's caching allocator releases its cached blocks and retries before it fails
+        (``torch.cuda.memory_stats``: num_alloc_retries). Without a fitted reserve: the count's."""
         return verdict.verdict(self, stage)
 
     def memory_interval(self, stage: int | None = None) -> tuple[Quantity, Quantity]:
-        """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak of
-        the validation runs, each predicted with its source left out of the reserve's fit."""
+        """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak
+        of the validation runs, each predicted with its source left out of the reserve's fit."""
         return tuple(readable(q) for q in verdict.interval(self, stage))
 
     def time_breakdown(self, ops: bool = False) -> dict:
@@ -323,8 +329,9 @@ class Plan:
         return out
 
     def slowest_stage(self) -> dict:
-        """The pipeline stage that sets the step's pace: ``stage`` (its index), ``compute`` (its compute for
-        the step), ``average`` (the average stage's) and ``imbalance`` (what it adds to the step)."""
+        """The pipeline stage that sets the step's pace: ``stage`` (its index), ``compute`` (its
+        compute for the step), ``average`` (the average stage's) and ``imbalance`` (what it adds to
+        the step)."""
         times = {k: self.value(f"time.stage.{k}") for k in ("last", "first", "middle")}  # the ends first on ties
         name = max(times, key=lambda k: times[k].to("s").magnitude)
         pp, parts = int(self.layout.pp), self.time_breakdown(ops=True)
@@ -332,22 +339,24 @@ class Plan:
                 "average": parts["gemm"] + parts["attention"] + parts["memory_bound"], "imbalance": parts["imbalance"]}
 
     def mfu(self, step_time=None) -> float:
-        """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted one)."""
+        """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted
+        one)."""
         if step_time is None:
             return float(self.value("mfu").to("").magnitude)
         mfu = self._formula("compute.mfu", {"flops": "flops", "gpus": "gpus"}, step_time=step_time)
         return float(mfu.to("").magnitude)
 
     def _formula(self, name: str, quantities: dict, **values) -> Quantity:
-        """Catalogue formula ``name`` at the plan's inputs, ``quantities`` (keyword → the plan quantity
-        it takes) and ``values``: a numeric plan's at the quantities' numbers, else from their expressions."""
+        """Catalogue formula ``name`` at the plan's inputs, ``quantities`` (keyword → the plan
+        quantity it takes) and ``values``: a numeric plan's at the quantities' numbers, else from
+        their expressions."""
         if self._in.numeric:
             return self._in.f(name, **{k: self.value(q) for k, q in quantities.items()}, **values).value()
         return self._in.f(name, **{k: self.expr(q) for k, q in quantities.items()}, **values).value()
 
     def memory(self, stage: int | None = None) -> Memory:
-        """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts sum to
-        the total."""
+        """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts
+        sum to the total."""
         if stage is None:
             parts = {k: self.value(f"memory.{k}") for k in (*MEMORY_PARTS, "total", "host")}
             p = self._numeric_pp()  # the fullest is the first, the second or the last (memory.worst says why)
@@ -420,16 +429,17 @@ class Plan:
         return int(x) if whole else _number(f, f.name)
 
     def smallest(self, keyword: str, limit: int | None = None, at_limit: bool = False) -> int:
-        """Smallest integer value of the free input ``keyword`` whose plan fits (:meth:`memory_verdict`;
-        with ``at_limit`` at the allocator's limit too), up to ``limit`` (default
-        :func:`analytic.symbolic.smallest_fitting`'s)."""
+        """Smallest integer value of the free input ``keyword`` whose plan fits
+        (:meth:`memory_verdict`; with ``at_limit`` at the allocator's limit too), up to ``limit``
+        (default :func:`analytic.symbolic.smallest_fitting`'s)."""
         from ..symbolic import smallest_fitting
         return smallest_fitting(self, keyword, at_limit=at_limit, **({} if limit is None else {"limit": limit}))
 
     def best(self, keyword: str, limit: int | None = None, objective: str = "step_time") -> int:
-        """The integer value of the free input ``keyword``, among those that fit (:meth:`memory_verdict`),
-        that minimises the predicted step time, or optimises another ``objective`` (``"cost"``: GPU-seconds
-        per token; ``"mfu"``), up to ``limit`` (default :func:`analytic.symbolic.optimise`'s)."""
+        """The integer value of the free input ``keyword``, among those that fit
+        (:meth:`memory_verdict`), that minimises the predicted step time, or optimises another
+        ``objective`` (``"cost"``: GPU-seconds per token; ``"mfu"``), up to ``limit`` (default
+        :func:`analytic.symbolic.optimise`'s)."""
         from ..symbolic import optimise
         return optimise(self, keyword, objective, **({} if limit is None else {"limit": limit}))["best"]
 
@@ -466,7 +476,8 @@ class Plan:
         return Plan(model or self.model, self.hardware, layout or self.layout, **args)
 
     def __reduce__(self):
-        """Pickled as its arguments (a Dask worker builds the plan again; its caches stay behind)."""
+        """Pickled as its arguments (a Dask worker builds the plan again; its caches stay
+        behind)."""
         return _rebuilt, (self.model, self.hardware, self.layout, self._arguments())
 
     def __repr__(self) -> str:

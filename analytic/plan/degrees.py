@@ -1,6 +1,7 @@
-"""A layout's degrees and discrete choices as numbers and conditions: what the plan's expressions are
-written in. A numeric layout's degrees are exact Fractions (so that quotients stay exact) and its
-conditions bools, without sympy; a layout with a symbol has sympy numbers, symbols and conditions."""
+"""A layout's degrees and discrete choices as numbers and conditions: what the plan's expressions
+are written in. A numeric layout's degrees are exact Fractions (so that quotients stay exact) and
+its conditions bools, without sympy; a layout with a symbol has sympy numbers, symbols and
+conditions."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from .layout import DP_REGIMES, GATHERED_REGIMES, Layout, choice_indices
 
 
 class Degrees:
-    """A layout's degrees as exact numbers (``numeric``: Fractions) or sympy numbers and symbols, with its
-    discrete choices as conditions: the ZeRO stage, and the recomputation policy and schedule by their index
-    in RECOMPUTE / SCHEDULES (numbers, or symbols when the layout leaves them open)."""
+    """A layout's degrees as exact numbers (``numeric``: Fractions) or sympy numbers and symbols,
+    with its discrete choices as conditions: the ZeRO stage, and the recomputation policy and
+    schedule by their index in RECOMPUTE / SCHEDULES (numbers, or symbols when the layout leaves
+    them open)."""
 
     def __init__(self, layout: Layout, kind: str):
         #: a decided condition as this layout's conditions are: a bool, or sympy's true or false
@@ -41,7 +43,8 @@ class Degrees:
         self.comm_sms = number(layout.comm_sms)
         self.zero, self.rc, self.schedule = (x if numeric else number(x) for x in choice_indices(layout).values())
         modules = layout.recompute_modules
-        #: condition: selective recomputation runs the attention core again (Megatron-Core's default module)
+        #: condition: selective recomputation runs the attention core again (Megatron-Core's default
+        #: module)
         self.core_recomputed = (self.recompute_is("selective") if not modules or "core_attn" in modules
                                 else self.condition(False))
         #: condition: selective recomputation runs MLA's up-projections again
@@ -50,9 +53,9 @@ class Degrees:
 
     def zero3_gathers_per_microbatch(self, recomputed) -> Formula:
         """How often ZeRO-3 gathers each parameter per microbatch without a pipeline: forward and
-        backward, and for per-tensor gathers under full recomputation again in the recomputed forward
-        of the ``recomputed`` share of the layers (parallelism.dp.zero3_gathers_per_microbatch*, which
-        say why)."""
+        backward, and for per-tensor gathers under full recomputation again in the recomputed
+        forward of the ``recomputed`` share of the layers
+        (parallelism.dp.zero3_gathers_per_microbatch*, which say why)."""
         two = formula("parallelism.dp.zero3_gathers_per_microbatch")
         if not self.per_tensor_gathers:
             return two
@@ -61,7 +64,8 @@ class Degrees:
         return cases("gathers", "", (mixed, self.recompute_is("full")), (two, True))
 
     def full_recomputed(self, recomputed) -> Formula:
-        """The share of the forwards full recomputation runs again: ``recomputed`` (of the layers) under it, else 0."""
+        """The share of the forwards full recomputation runs again: ``recomputed`` (of the layers)
+        under it, else 0."""
         return cases("full", "", (recomputed, self.recompute_is("full")), (0, True))
 
     def schedule_is(self, *names):
@@ -91,8 +95,8 @@ class Degrees:
 
     @property
     def dp_regimes(self) -> tuple:
-        """How the DP traffic of a step runs (:data:`~analytic.plan.layout.DP_REGIMES`): (label, condition),
-        the first condition that holds wins."""
+        """How the DP traffic of a step runs (:data:`~analytic.plan.layout.DP_REGIMES`): (label,
+        condition), the first condition that holds wins."""
         return self._conditions(DP_REGIMES)
 
     @property

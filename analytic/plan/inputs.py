@@ -40,12 +40,14 @@ if TYPE_CHECKING:
     from ..core.formula import Formula
     from .degrees import Degrees
 
-#: (hardware identity, dtype, stack, flash, overrides) → (hardware, inputs, notes, calibration error)
+#: (hardware identity, dtype, stack, flash, overrides) → (hardware, inputs, notes, calibration
+#: error)
 _SHARED: dict = {}
 
 
 class Inputs:
-    """A plan's arguments, checked, and its inputs (:attr:`values`) for binding catalogue formulas."""
+    """A plan's arguments, checked, and its inputs (:attr:`values`) for binding catalogue
+    formulas."""
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
@@ -91,7 +93,8 @@ class Inputs:
         self._calibration_error = None
 
     def _read_stack(self, stack, flash_attention) -> None:
-        """The stack (the platform's by default) and what it runs, checked against the model and the layout."""
+        """The stack (the platform's by default) and what it runs, checked against the model and the
+        layout."""
         model, hardware, layout = self.model, self.hardware, self.layout
         self.stack = default_stack(hardware.platform) if stack is None else choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
@@ -108,23 +111,29 @@ class Inputs:
             raise InputError(f"flash_attention: stack {self.stack} has no fused attention kernel; pass "
                              "flash_attention=False, or a stack that has one")
         self.attention_kernels = tuple(kernels)
-        #: what recompute="selective" recomputes: "attention", "op" or None (not modelled); compiled blocks keep less
+        #: what recompute="selective" recomputes: "attention", "op" or None (not modelled); compiled
+        #: blocks keep less
         self.selective, self.compiled_blocks = props.get("selective"), props.get("compiled_blocks", False)
-        #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the parameters')
+        #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the
+        #: parameters')
         self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
-        #: how the stack's Adam updates (choices.OPTIMIZER_KERNELS; None: fused, temporaries not modelled), and weight decay
+        #: how the stack's Adam updates (choices.OPTIMIZER_KERNELS; None: fused, temporaries not
+        #: modelled), and weight decay
         self.optimizer_kernel, self.weight_decay = props.get("optimizer_kernel"), props.get("weight_decay", False)
-        #: whose ZeRO optimizer the stack runs where it allocates beyond the model states (choices.ZERO_OPTIMIZERS;
-        #: None: one that allocates nothing more)
+        #: whose ZeRO optimizer the stack runs where it allocates beyond the model states
+        #: (choices.ZERO_OPTIMIZERS; None: one that allocates nothing more)
         self.zero_optimizer = props.get("zero_optimizer")
         self.fp8_weight_cache = props.get("fp8_weight_cache")  # choices.FP8_WEIGHT_CACHES; None: cast at each use
         self.cp_attention = props.get("cp_attention")  # choices.CP_ATTENTIONS; None: its buffers not counted
-        #: what a sequence-parallel matmul saves of its input: "split" (Megatron's shard) or "gathered" (DTensor TP's)
+        #: what a sequence-parallel matmul saves of its input: "split" (Megatron's shard) or
+        #: "gathered" (DTensor TP's)
         self.sp_saved_inputs = props.get("sp_saved_inputs", SP_SAVED_INPUTS[0])
         self.sp_relayout = props.get("sp_relayout", False)  # sequence-dim collectives copy their whole tensor
-        #: a QK-norm model's queries and keys all-gathered over TP after their norms (TorchTitan's Qwen3 plan, 2025)
+        #: a QK-norm model's queries and keys all-gathered over TP after their norms (TorchTitan's
+        #: Qwen3 plan, 2025)
         self.qk_gathered = props.get("qk_norm_gathered", False) and model.qk_norm
-        #: what the stack's layer saves beyond the fused count (choices.SAVED_EXTRAS, memory.activations.legacy.*)
+        #: what the stack's layer saves beyond the fused count (choices.SAVED_EXTRAS,
+        #: memory.activations.legacy.*)
         self.saved_extra = tuple(props.get("saved_extra", ()))
         if self.saved_extra and not (self.flash_attention and model.attention != "mla" and not model.is_moe):
             raise InputError(f"stack: {self.stack}'s saved tensors are modelled for dense layers with a fused "
@@ -259,8 +268,8 @@ class Inputs:
         return self.routed_topk * self.busiest_share
 
     def _read_optimizer(self, optimizer) -> None:
-        """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the
-        device."""
+        """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer
+        (ZeRO-1), on the device."""
         self.optimizer = choice("optimizer", optimizer, OPTIMIZERS)
         refusal = optimizer_refusal(self.stack, self.stack_properties, self.optimizer, self.layout.zero,
                                     bool(self.layout.offload_optimizer))
@@ -268,7 +277,8 @@ class Inputs:
             raise InputError(refusal)
 
     def _read_dtypes(self, grad_dtype, moment_dtype) -> None:
-        """The gradients' and Adam moments' dtypes (the stack's by default), checked against the layout."""
+        """The gradients' and Adam moments' dtypes (the stack's by default), checked against the
+        layout."""
         layout, props = self.layout, self.stack_properties
         if grad_dtype is not None:
             choice("grad_dtype", grad_dtype, GRAD_DTYPES)
@@ -277,7 +287,8 @@ class Inputs:
                              f"optimizer), not with zero={layout.zero}")
         if grad_dtype is None:  # the stack's buffers for bf16 and FP8 training
             grad_dtype = props["grad_dtype"] if self.dtype != "fp16" else "bf16"
-        #: "bf16" (ZeRO's 2-byte gradients) or "fp32" (fp32 buffers with ZeRO 0-2, sharded 16-bit with ZeRO-3)
+        #: "bf16" (ZeRO's 2-byte gradients) or "fp32" (fp32 buffers with ZeRO 0-2, sharded 16-bit
+        #: with ZeRO-3)
         self.grad_rule = grad_dtype
         if grad_dtype == "bf16":
             self.grad_dtype = "bf16"
@@ -285,7 +296,8 @@ class Inputs:
             self.grad_dtype = "fp32" if layout.zero <= 2 else "bf16"
         else:
             self.grad_dtype = "fp32 with ZeRO 0-2"
-        #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8), and the bytes of one element
+        #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8), and the bytes of
+        #: one element
         self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
         self.moment_bytes = 4 if self.moment_dtype == "fp32" else 2
         if layout.offload_optimizer and self.moment_dtype != "fp32":
@@ -293,7 +305,8 @@ class Inputs:
                              f"Adam without precision-aware moments on the device), not {self.moment_dtype}")
 
     def _read_batch(self, seq_len, microbatch_size, global_batch, batch_tokens) -> None:
-        """Sequence length, microbatch and global batch (from exactly one of sequences or tokens)."""
+        """Sequence length, microbatch and global batch (from exactly one of sequences or
+        tokens)."""
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
         self.seq_len = canonical(count("seq_len", seq_len))
@@ -313,9 +326,11 @@ class Inputs:
         self.global_batch = canonical(count("global_batch", global_batch))
 
     def _read_domain(self) -> None:
-        """The scale-up domain (the override, else a node given alone, else the hardware's), checked."""
+        """The scale-up domain (the override, else a node given alone, else the hardware's),
+        checked."""
         hardware = self.hardware
-        #: accelerators of a scale-up domain: the override, else a node given alone, else the hardware's
+        #: accelerators of a scale-up domain: the override, else a node given alone, else the
+        #: hardware's
         self.scale_up_domain = domain = self.overrides.get("scale_up_domain", self.overrides.get(
             "gpus_per_node", hardware.scale_up_domain))
         node = self.overrides.get("gpus_per_node", hardware.gpus_per_node)
@@ -359,8 +374,8 @@ class Inputs:
 
     @cached_property
     def deg(self) -> Degrees:
-        """The layout's degrees and choices as exact numbers and bools, terms, or sympy numbers, symbols
-        and conditions."""
+        """The layout's degrees and choices as exact numbers and bools, terms, or sympy numbers,
+        symbols and conditions."""
         from .degrees import Degrees
         return Degrees(self.layout, "number" if self.numeric else "term" if self.on_terms else "sympy")
 
@@ -373,15 +388,16 @@ class Inputs:
 
     @cached_property
     def values(self) -> dict:
-        """keyword → every input of the plan (:attr:`given`): exact numbers for a numeric plan, else exact
-        sympy numbers and expressions."""
+        """keyword → every input of the plan (:attr:`given`): exact numbers for a numeric plan, else
+        exact sympy numbers and expressions."""
         if self.numeric or self.on_terms:
             return self.given
         return {k: (v if is_sympy(v) else exact(v)) for k, v in self.given.items()}
 
     @cached_property
     def given(self) -> dict:
-        """keyword → every input of the plan: an int or Fraction, or a sympy expression where it is one."""
+        """keyword → every input of the plan: an int or Fraction, or a sympy expression where it is
+        one."""
         lay = self.layout
         out = dict(self.model.counts())
         out.update({k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")})
@@ -405,13 +421,15 @@ class Inputs:
         return {k: v for k, v in out.items() if v is not None}
 
     def _shared_values(self) -> dict:
-        """The inputs that depend only on the hardware, dtype, stack and overrides (kept for the plans
-        that share them: a Hardware is immutable, and the cache holds it, so its identity is a key)."""
+        """The inputs that depend only on the hardware, dtype, stack and overrides (kept for the
+        plans that share them: a Hardware is immutable, and the cache holds it, so its identity is a
+        key)."""
         from ..presets import llama3_interruption_rate, nccl_efficiency, nccl_latency, synchronous_restart_time
         hw, ov, out = self.hardware, self.overrides, {}
 
         def pick(key, default, given=None):
-            """The override of ``key``, else of ``given`` (read already), else ``default()`` read."""
+            """The override of ``key``, else of ``given`` (read already), else ``default()``
+            read."""
             for k in (key, given):
                 if k in ov:
                     return ov[k]
@@ -466,8 +484,8 @@ class Inputs:
         return value_note[0]
 
     def _loss_bytes(self):
-        """The stack's bytes per logit at the loss's peak (its vocabulary-parallel loss's under TP); the
-        16-bit logits alone where the stack has no figure (noted)."""
+        """The stack's bytes per logit at the loss's peak (its vocabulary-parallel loss's under TP);
+        the 16-bit logits alone where the stack has no figure (noted)."""
         if "loss_bytes" in self.overrides:
             return self.overrides["loss_bytes"]
         props = self.stack_properties
@@ -526,8 +544,8 @@ class Inputs:
 
     def time_input(self, key):
         """An input that only times need (a link's bandwidth, its efficiency, the latency): when
-        missing it stands as its symbol, so the bytes still come out, and :meth:`require_times` raises
-        :meth:`need`'s error for anything that needs a time."""
+        missing it stands as its symbol, so the bytes still come out, and :meth:`require_times`
+        raises :meth:`need`'s error for anything that needs a time."""
         if key in self.values:
             return self.values[key]
         self.missing_for_times[key] = None
@@ -548,8 +566,9 @@ class Inputs:
 
     @cached_property
     def recomputed(self):
-        """Share of a stage's layers whose forward runs again under full recomputation: all of them, or
-        the N of each model chunk that ``recompute_layers`` names (the average over the stages)."""
+        """Share of a stage's layers whose forward runs again under full recomputation: all of them,
+        or the N of each model chunk that ``recompute_layers`` names (the average over the
+        stages)."""
         n = self.layout.recompute_layers
         if n is None:
             return 1

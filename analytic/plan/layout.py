@@ -33,13 +33,14 @@ def _open(value, keyword: str) -> bool:
 @dataclass(frozen=True)
 class Layout:
     """How the accelerators are split. GPUs = tp·cp·pp·dp. The expert layers fold their own expert
-    tensor (``etp``, by default ``tp``), expert (``ep``) and expert data parallel degrees over tp·cp·dp, as
-    Megatron-Core's MoE parallel folding does: etp·ep divides tp·cp·dp, so EP may exceed DP.
-    CP ranks hold the same weights, so gradients are reduced and ZeRO shards over dp·cp ranks.
+    tensor (``etp``, by default ``tp``), expert (``ep``) and expert data parallel degrees over
+    tp·cp·dp, as Megatron-Core's MoE parallel folding does: etp·ep divides tp·cp·dp, so EP may
+    exceed DP. CP ranks hold the same weights, so gradients are reduced and ZeRO shards over dp·cp
+    ranks.
 
     Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
-    recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective,
-    2 full) and the schedule (``an.sym("schedule")``, its index in SCHEDULES): the plan's expressions
+    recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective, 2
+    full) and the schedule (``an.sym("schedule")``, its index in SCHEDULES): the plan's expressions
     then cover every choice at once as Piecewise functions of them.
 
     ``async_tp``, ``comm_sms`` and ``zero3_gather`` describe the training stack: TP collectives
@@ -49,36 +50,37 @@ class Layout:
 
     ``first_stage_layers`` and ``last_stage_layers`` split the layers unevenly, as Megatron-LM's
     ``--decoder-first/last-pipeline-num-layers`` and Llama 3 (§3.3.2) do: the stages not given share
-    the rest evenly (under interleaving, evenly over each stage's chunks too, as Megatron-Core requires).
-    By default every stage holds L/p layers; the first also the embedding, the last the output layer
-    and the loss.
+    the rest evenly (under interleaving, evenly over each stage's chunks too, as Megatron-Core
+    requires). By default every stage holds L/p layers; the first also the embedding, the last the
+    output layer and the loss.
 
-    ``ends_as_layers`` counts the embedding and the output layer with the loss as a layer each in the
-    split, as Megatron-Core's ``--account-for-embedding-in-pipeline-split`` and
+    ``ends_as_layers`` counts the embedding and the output layer with the loss as a layer each in
+    the split, as Megatron-Core's ``--account-for-embedding-in-pipeline-split`` and
     ``--account-for-loss-in-pipeline-split`` do: the L + 2 slots split evenly over the p·v model
     chunks, so the first chunk of the first stage and the last chunk of the last stage hold a layer
-    fewer. Llama 3 405B trains so with a layer a chunk: "the first model chunk on the first stage has
-    only the embedding" (§3.3.2).
+    fewer. Llama 3 405B trains so with a layer a chunk: "the first model chunk on the first stage
+    has only the embedding" (§3.3.2).
 
     ``pipeline_layout`` places the layers chunk by chunk in Megatron-Core's grammar
-    (``--pipeline-model-parallel-layout``, :mod:`.pipeline_layout`): ``"Et|(tt|)*30mL"`` puts DeepSeek-V3's
-    embedding and first layer in the first of 8 × 4 chunks, two layers in each of the next 30, its MTP
-    block and the loss in the last. It sets the first and last stages' layers (the middle stages hold the
-    same number, the MTP blocks sit in the last chunk); a stage's chunks are timed as equal shares of it.
+    (``--pipeline-model-parallel-layout``, :mod:`.pipeline_layout`): ``"Et|(tt|)*30mL"`` puts
+    DeepSeek-V3's embedding and first layer in the first of 8 × 4 chunks, two layers in each of the
+    next 30, its MTP block and the loss in the last. It sets the first and last stages' layers (the
+    middle stages hold the same number, the MTP blocks sit in the last chunk); a stage's chunks are
+    timed as equal shares of it.
 
-    ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each stage
-    (of each model chunk under interleaving) and keeps every activation of the others, as Megatron-LM's
-    ``--recompute-method block --recompute-num-layers N``; None recomputes them all.
+    ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each
+    stage (of each model chunk under interleaving) and keeps every activation of the others, as
+    Megatron-LM's ``--recompute-method block --recompute-num-layers N``; None recomputes them all.
 
     ``recompute_modules`` (with ``recompute="selective"``) names what selective recomputation
-    recomputes, as Megatron-Core's ``--recompute-modules`` and DeepSeek-V3 (§3.2.3) do: "core_attn" (the
-    attention core; what selective means when none are named), and, freeing their outputs, "layernorm"
-    (a layer's two norms), "mla_up_proj" (MLA's up-projections with RoPE and the latents' norms) and
-    "moe_act" (the routed experts' SwiGLU).
+    recomputes, as Megatron-Core's ``--recompute-modules`` and DeepSeek-V3 (§3.2.3) do: "core_attn"
+    (the attention core; what selective means when none are named), and, freeing their outputs,
+    "layernorm" (a layer's two norms), "mla_up_proj" (MLA's up-projections with RoPE and the
+    latents' norms) and "moe_act" (the routed experts' SwiGLU).
 
     ``fp8_activations`` caches in FP8 what a layer saves as the input of a matmul or of its SwiGLU
-    (the norms' outputs, MLA's latents, each token's routed copies, the SwiGLU's input and output), as
-    DeepSeek-V3 does (§3.3.2); it needs FP8 training.
+    (the norms' outputs, MLA's latents, each token's routed copies, the SwiGLU's input and output),
+    as DeepSeek-V3 does (§3.3.2); it needs FP8 training.
 
     ``offload_activations`` copies what each layer keeps for its backward to host memory and back
     (TransformerEngine's CPU offload under Megatron-LM's ``--cpu-offloading``; MaxText's ``offload``
@@ -172,9 +174,9 @@ class Layout:
             self._read_pipeline_layout()
 
     def _check_folding(self) -> None:
-        """The expert layers' ETP × EP × EDP fold over the attention layers' TP × CP × DP (Megatron-Core's
-        MoE parallel folding: parallel_state.initialize_model_parallel checks that ETP × EP divides
-        TP × CP × DP), so EP may exceed DP."""
+        """The expert layers' ETP × EP × EDP fold over the attention layers' TP × CP × DP
+        (Megatron-Core's MoE parallel folding: parallel_state.initialize_model_parallel checks that
+        ETP × EP divides TP × CP × DP), so EP may exceed DP."""
         etp = self.tp if self.etp is None else self.etp
         sizes = (self.tp, self.cp, self.dp, self.ep, etp)
         if all(is_number(x) for x in sizes) and (self.tp * self.cp * self.dp) % (etp * self.ep):
@@ -182,7 +184,8 @@ class Layout:
                               f"× {self.dp} (the expert layers fold their ETP × EP × EDP over TP × CP × DP)")
 
     def _read_pipeline_layout(self) -> None:
-        """The first and last stages' layers the layout gives (Megatron-Core's checks of it applied)."""
+        """The first and last stages' layers the layout gives (Megatron-Core's checks of it
+        applied)."""
         from .pipeline_layout import chunks, stage_layers
         if not (is_number(self.pp) and is_number(self.vpp)):
             raise LayoutError("pipeline_layout: needs numeric pp and vpp, whose chunks it fills")
@@ -203,8 +206,8 @@ class Layout:
 
     @property
     def savers_label(self) -> str:
-        """The memory savers as text: the recomputation policy with its modules or layers, offloading, FP8
-        activations (``recompute=selective(layernorm,moe_act) fp8_activations``)."""
+        """The memory savers as text: the recomputation policy with its modules or layers,
+        offloading, FP8 activations (``recompute=selective(layernorm,moe_act) fp8_activations``)."""
         modules = f"({','.join(self.recompute_modules)})" if self.recompute_modules else ""
         layers = f" recompute_layers={self.recompute_layers}" if self.recompute_layers is not None else ""
         flags = "".join(f" {k}" for k in ("offload_activations", "fp8_activations") if getattr(self, k))
@@ -213,15 +216,15 @@ class Layout:
 
     @property
     def offloaded(self) -> str:
-        """What goes to host memory, as text ("activations and optimizer", the optimizer's partition with
-        its gradient copies; "" for nothing)."""
+        """What goes to host memory, as text ("activations and optimizer", the optimizer's partition
+        with its gradient copies; "" for nothing)."""
         return " and ".join(what for what, on in (("activations", self.offload_activations),
                                                   ("optimizer", self.offload_optimizer)) if on)
 
     @property
     def uneven(self) -> bool:
-        """Whether the first and last stages hold other layer counts than the rest (given, or with the
-        ends counted as layers)."""
+        """Whether the first and last stages hold other layer counts than the rest (given, or with
+        the ends counted as layers)."""
         return (self.first_stage_layers is not None or self.last_stage_layers is not None or self.ends_as_layers
                 or self.pipeline_layout is not None)
 
@@ -229,10 +232,10 @@ class Layout:
         return replace(self, **changes)
 
 
-#: how a step's DP traffic runs, the first that holds wins: (label, the least ZeRO stage, whether under a
-#: pipeline or not, None for either). Without a pipeline, sharded gradients are reduce-scattered after
-#: every microbatch and ZeRO-3 gathers twice per microbatch (per-tensor under full recomputation: three
-#: times); under one (and for ZeRO-1), once per step
+#: how a step's DP traffic runs, the first that holds wins: (label, the least ZeRO stage, whether
+#: under a pipeline or not, None for either). Without a pipeline, sharded gradients are
+#: reduce-scattered after every microbatch and ZeRO-3 gathers twice per microbatch (per-tensor under
+#: full recomputation: three times); under one (and for ZeRO-1), once per step
 DP_REGIMES = (("per microbatch: RS + 2 AG", 3, False), ("RS every microbatch + AG", 2, False),
               ("reduce-scatter + all-gather", 1, None), ("all-reduce", 0, None))
 #: which catalogue formula counts ZeRO-3's unsharded copies (None: none), as :data:`DP_REGIMES`
@@ -240,8 +243,8 @@ GATHERED_REGIMES = (("memory.zero3_held", 3, True), ("memory.zero3_gathered", 3,
 
 
 def regime(regimes: tuple, layout: Layout):
-    """The label of the regime (:data:`DP_REGIMES`, :data:`GATHERED_REGIMES`) a layout with a numeric
-    ZeRO stage and pipeline degree is in."""
+    """The label of the regime (:data:`DP_REGIMES`, :data:`GATHERED_REGIMES`) a layout with a
+    numeric ZeRO stage and pipeline degree is in."""
     if not (is_number(layout.zero) and is_number(layout.pp)):
         raise InputError("regime: needs a numeric ZeRO stage and pipeline degree")
     return next(label for label, zero, piped in regimes
@@ -265,8 +268,8 @@ def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
 
 
 def training_dtype(dtype, hardware: Hardware) -> str:
-    """``dtype`` if it is one of TRAINING_DTYPES, ``hardware``'s tensor cores run its format and it has the
-    peak the format's GEMMs run at (presets/precisions.toml)."""
+    """``dtype`` if it is one of TRAINING_DTYPES, ``hardware``'s tensor cores run its format and it
+    has the peak the format's GEMMs run at (presets/precisions.toml)."""
     from ..presets import precision
     choice("dtype", dtype, TRAINING_DTYPES)
     recipe = precision(dtype) or {}
@@ -315,8 +318,8 @@ def check_sequence(model, seq_len) -> None:
 def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_size, scale_up_domain, sms=None,
                  hardware: str = "the hardware", allow_cross_node_tp: bool = False) -> None:
     """The one check that ``layout`` can run ``model`` on ``global_batch`` sequences of ``seq_len``
-    (Plan, search and the strategies all use it): a LayoutError naming the first constraint that fails.
-    What is still a symbol is not checked."""
+    (Plan, search and the strategies all use it): a LayoutError naming the first constraint that
+    fails. What is still a symbol is not checked."""
     lay, m = layout, model
     num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
     if num(lay.tp, m.heads) and m.heads % lay.tp:
@@ -342,7 +345,8 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
                           f"load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp = {2 * lay.cp})")
     check_sequence(m, seq_len)
     if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and seq_len % sequence_unit(lay.cp, lay.tp, True):
-        # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's chunks checked above)
+        # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's
+        # chunks checked above)
         raise LayoutError(f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
                           "sequence on each CP rank, which sequence parallelism splits over the TP ranks")
     _check_experts(lay, m)
@@ -426,8 +430,8 @@ def _check_experts(lay: Layout, m) -> None:
 
 
 def selective_refusal(stack: str, selective: str | None, model, flash_attention: bool) -> str | None:
-    """Why recompute="selective" is refused on ``stack`` (whose policy is ``selective``, its property) for
-    ``model``, or None where it is modelled: one rule for Plan and search."""
+    """Why recompute="selective" is refused on ``stack`` (whose policy is ``selective``, its
+    property) for ``model``, or None where it is modelled: one rule for Plan and search."""
     if selective is None:
         return f"recompute: stack {stack}'s selective recomputation is not modelled; use recompute='none' or 'full'"
     if selective == "op" and not (flash_attention and model.mlp == "swiglu" and not model.is_moe):
@@ -451,8 +455,9 @@ def optimizer_refusal(stack: str, props: dict, optimizer: str, zero=None, offloa
 
 
 def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
-    """Refuse an optimizer offload the stack's kind does not run: none modelled; Megatron's hybrid optimizer
-    above ZeRO-2; DeepSpeed's ZeRO-Offload without ZeRO, or of a share of the partition."""
+    """Refuse an optimizer offload the stack's kind does not run: none modelled; Megatron's hybrid
+    optimizer above ZeRO-2; DeepSpeed's ZeRO-Offload without ZeRO, or of a share of the
+    partition."""
     zero, share = layout.zero, layout.offload_optimizer
     if kind is None:
         raise InputError(f"offload_optimizer: stack {stack} has no optimizer CPU offload modelled (Megatron-Core's "
@@ -481,10 +486,10 @@ def _check_pipeline_layout(lay: Layout, m) -> None:
 
 
 def fp8_recipe_of(stack: str, props: dict, dtype: str, given: str | None) -> str | None:
-    """FP8's scaling recipe for a plan of ``stack`` (its properties ``props``) in ``dtype``: ``given``, where
-    the stack runs it, else the stack's first (stacks.toml fp8_recipes; absent: Transformer Engine's
-    default, delayed); None for another dtype, for which a recipe given is refused. One rule for Plan and
-    search."""
+    """FP8's scaling recipe for a plan of ``stack`` (its properties ``props``) in ``dtype``:
+    ``given``, where the stack runs it, else the stack's first (stacks.toml fp8_recipes; absent:
+    Transformer Engine's default, delayed); None for another dtype, for which a recipe given is
+    refused. One rule for Plan and search."""
     runs = props.get("fp8_recipes", FP8_RECIPES[:1])
     if dtype != "fp8":
         if given is not None:
@@ -514,10 +519,11 @@ def dispatcher_of(stack: str, props: dict, model, given: str | None) -> str | No
 
 def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,
                   zero=None, vpp=None, layers=None, uneven: bool = False, hardware=None) -> str | None:
-    """Why ``stack`` (its stacks.toml properties ``props``) does not run on ``hardware``'s platform, in
-    ``dtype``, ``schedule``, with context parallelism ``cp``, with ZeRO ``zero`` (under a pipeline of ``pp``
-    stages), or ``layers`` split evenly (not ``uneven``) over ``pp`` stages of ``vpp`` model chunks, or
-    None: one rule for Plan and search; what is not given, or not a number, is not checked."""
+    """Why ``stack`` (its stacks.toml properties ``props``) does not run on ``hardware``'s platform,
+    in ``dtype``, ``schedule``, with context parallelism ``cp``, with ZeRO ``zero`` (under a
+    pipeline of ``pp`` stages), or ``layers`` split evenly (not ``uneven``) over ``pp`` stages of
+    ``vpp`` model chunks, or None: one rule for Plan and search; what is not given, or not a number,
+    is not checked."""
     def known(v):  # a number to check against, not absent and not a symbol
         return v is not None and is_number(v)
 

@@ -17,8 +17,9 @@ from .placement import optimizer_shard, replica_groups
 
 
 def optimizer_state(inp: Inputs, local, ends) -> Formula:
-    """Bytes of the optimizer's state and fp32 master weights of ``local`` parameters (unsharded): Adam's,
-    or Muon's on all but ``ends`` (the embedding and output layer among them, or None), which take AdamW."""
+    """Bytes of the optimizer's state and fp32 master weights of ``local`` parameters (unsharded):
+    Adam's, or Muon's on all but ``ends`` (the embedding and output layer among them, or None),
+    which take AdamW."""
     adam = formula("memory.model_states." + ("optimizer_bf16_moments" if inp.moment_dtype == "bf16" else "optimizer"))
     if inp.optimizer != "muon":
         return adam.subs(params=local)
@@ -33,9 +34,9 @@ def _zero(name: str) -> Formula:
 
 
 def model_states(inp: Inputs, params: dict) -> dict:
-    """weights, gradients (with DeepSpeed's reduce bucket), optimizer (sharded by the ZeRO stage over each
-    replica group) and gathered (ZeRO-3's unsharded parameters and gradients) of a stage whose parameters
-    per GPU are ``params`` (:func:`rank_params`)."""
+    """weights, gradients (with DeepSpeed's reduce bucket), optimizer (sharded by the ZeRO stage
+    over each replica group) and gathered (ZeRO-3's unsharded parameters and gradients) of a stage
+    whose parameters per GPU are ``params`` (:func:`rank_params`)."""
     lay = inp.deg
     groups = [(local, size) for local, size, _ in replica_groups(inp, params)]
     parts = {}
@@ -54,7 +55,8 @@ def model_states(inp: Inputs, params: dict) -> dict:
         parts[part] = total
     if inp.zero_optimizer:
         if inp.layout.offload_optimizer:  # ZeRO-Offload reduces the partition's gradients into the host's fp32
-            # copy from ZeRO-2, and below ZeRO-3 keeps a device buffer of the largest parameter to stage them through
+            # copy from ZeRO-2, and below ZeRO-3 keeps a device buffer of the largest parameter to
+            # stage them through
             staging = inp.f("memory.offload.zero_offload_staging")
             parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(3)),
                                        (staging, lay.zero_at_least(2)), (parts["gradients"] + staging, True))
@@ -78,7 +80,8 @@ def model_states(inp: Inputs, params: dict) -> dict:
 
 
 def _reduce_bucket(inp: Inputs, from_zero: int) -> Formula:
-    """DeepSpeed's reduce bucket (memory.zero_reduce_bucket) where the ZeRO stage is at least ``from_zero``."""
+    """DeepSpeed's reduce bucket (memory.zero_reduce_bucket) where the ZeRO stage is at least
+    ``from_zero``."""
     return cases("gradients", "byte", (inp.f("memory.zero_reduce_bucket"), inp.deg.zero_at_least(from_zero)),
                  (_zero("gradients"), True))
 
@@ -86,8 +89,8 @@ def _reduce_bucket(inp: Inputs, from_zero: int) -> Formula:
 def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
     """Bytes one layer (an MoE layer if ``moe``) keeps for its backward. Flash attention: the
     Llama-style count, or an attention half plus an MLP half for MLA and MoE models, less what the
-    layout's recompute modules free; TorchTitan's op-level selective policy where the stack's. Without
-    it, Korthikanti's GPT layer, selective recomputation included."""
+    layout's recompute modules free; TorchTitan's op-level selective policy where the stack's.
+    Without it, Korthikanti's GPT layer, selective recomputation included."""
     lay, m = inp.deg, inp.model
     kw = {"seq_len": inp.seq_len / lay.cp}
     if m.kv_heads != m.heads and not inp.flash_attention:
@@ -148,8 +151,8 @@ def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
 
 def _stack_extras(inp: Inputs, layer: Formula, sp: str, kw: dict) -> Formula:
     """``layer`` plus what the stack's layer saves beyond the fused count: its extras
-    (memory.activations.legacy.*) and, where sequence-parallel matmuls save their gathered inputs, the
-    norms' outputs whole (memory.activations.gathered.*)."""
+    (memory.activations.legacy.*) and, where sequence-parallel matmuls save their gathered inputs,
+    the norms' outputs whole (memory.activations.gathered.*)."""
     extra = [inp.f(f"memory.activations.legacy.{name}{sp if name == 'dropout_masks' else ''}", **kw)
              for name in inp.saved_extra if name != "silu_output" or inp.model.mlp_formulas == "swiglu"]
     if inp.sp_saved_inputs == "gathered" and inp.layout.sequence_parallel:
@@ -195,8 +198,8 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
 
 def stage_layers(inp: Inputs) -> tuple:
     """(first, middle, last) stages' layer counts: the layout's uneven split (with the ends counted
-    as layers, (L + 2)/p a stage, the two ends a layer fewer), or ⌈L/p⌉ each (where p does not divide
-    L some stage holds that many, and the stages are counted as the fullest)."""
+    as layers, (L + 2)/p a stage, the two ends a layer fewer), or ⌈L/p⌉ each (where p does not
+    divide L some stage holds that many, and the stages are counted as the fullest)."""
     lay, layers = inp.deg, inp.model.layers
     if inp.layout.ends_as_layers:
         per = ratio(layers + 2, lay.pp)
@@ -213,8 +216,8 @@ def stage_layers(inp: Inputs) -> tuple:
 def stage_params(inp: Inputs, k) -> dict:
     """Parameters per GPU of stage ``k`` (a number or expression): its layers, with the embedding on
     the first stage and the output layer, final norm and MTP modules on the last
-    (:meth:`~analytic.presets.model.Model.stage_params_formulas`), split over TP and routed experts over EP;
-    ``ends_local``: the embedding's and output layer's of them."""
+    (:meth:`~analytic.presets.model.Model.stage_params_formulas`), split over TP and routed experts
+    over EP; ``ends_local``: the embedding's and output layer's of them."""
     lay, m = inp.deg, inp.model
     first_n, middle, last_n = stage_layers(inp)
     is_first, is_last = Eq(k, 0), Eq(k, lay.pp - 1)
@@ -231,8 +234,8 @@ def stage_params(inp: Inputs, k) -> dict:
 def rank_params(inp: Inputs, k) -> dict:
     """Parameters per GPU of the rank that runs stage ``k``: its stage's (:func:`stage_params`) and,
     under DualPipe, the mirrored stage's as well (pipeline.mirror_stage.dualpipe), ``blocks`` and
-    ``last`` (the rank computes a loss) over both; ``chunk_blocks`` is the blocks of one of its chunks
-    (under DualPipe the mean of the two, whose microbatches are in flight alike)."""
+    ``last`` (the rank computes a loss) over both; ``chunk_blocks`` is the blocks of one of its
+    chunks (under DualPipe the mean of the two, whose microbatches are in flight alike)."""
     own, dual = stage_params(inp, k), inp.deg.schedule_is("dualpipe")
     out = dict(own, chunk_blocks=own["blocks"])
     if is_false(dual):
@@ -250,11 +253,11 @@ def rank_params(inp: Inputs, k) -> dict:
 
 def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
-    full recomputation), working (what a layer's backward holds beyond the kept ones: the larger of its
-    SwiGLU's gradients and the stack's context-parallel attention buffers, and under full recomputation
-    the recomputed layer's activations), logits (one microbatch's),
-    loss (the loss's working set at its peak, the logits included), head (the final norm's and the
-    output layer's saved inputs, held through the loss) and input (a layer's input)."""
+    full recomputation), working (what a layer's backward holds beyond the kept ones: the larger of
+    its SwiGLU's gradients and the stack's context-parallel attention buffers, and under full
+    recomputation the recomputed layer's activations), logits (one microbatch's), loss (the loss's
+    working set at its peak, the logits included), head (the final norm's and the output layer's
+    saved inputs, held through the loss) and input (a layer's input)."""
     lay, m = inp.deg, inp.model
     layer = layer_activations(inp)
     if m.is_moe and not m.is_hybrid:  # the larger of a dense and an MoE layer
@@ -265,7 +268,8 @@ def activation_parts(inp: Inputs) -> dict:
     s_kept = inp.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
     layer_input = inp.f("memory.activations.layer_full_recompute", seq_len=s_kept)
     kept = cases("kept", "byte", (layer_input, lay.recompute_is("full")), (layer, True))
-    # a layer's backward: the recomputed layer's activations under full recomputation, and its gradients
+    # a layer's backward: the recomputed layer's activations under full recomputation, and its
+    # gradients
     gradients = (inp.f("memory.activations.backward.swiglu_gradients", seq_len=inp.seq_len / lay.cp)
                  if m.mlp_formulas == "swiglu" and not m.is_moe else _zero("gradients"))
     if inp.cp_attention and m.attention != "mla":  # the ring's buffers, after the MLP's backward has freed its own
@@ -314,7 +318,8 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formul
     working set and a recomputed layer's activations) and in host memory (the offloaded ones)."""
     held = _in_flight(inp, k, params)
     kept = _kept(inp, parts, ceiling(params["chunk_blocks"]))
-    # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger counts
+    # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger
+    # counts
     loss = (parts["loss"] + parts["head"]) * (1 + inp.model.mtp_modules)
     peak = composed("transient", Max(parts["working"].term, loss.term), "byte", parts["working"], loss)
     transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
@@ -326,9 +331,10 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formul
 
 
 def _kept(inp: Inputs, parts: dict, layers) -> Formula:
-    """Bytes a stage of ``layers`` layers keeps per layer per microbatch in flight: its parts' count, or
-    under full recomputation of N layers of each of its v chunks (Megatron-LM's block method) the
-    recomputed ones' inputs and every activation of the others, averaged over the stage's layers."""
+    """Bytes a stage of ``layers`` layers keeps per layer per microbatch in flight: its parts'
+    count, or under full recomputation of N layers of each of its v chunks (Megatron-LM's block
+    method) the recomputed ones' inputs and every activation of the others, averaged over the
+    stage's layers."""
     lay, n = inp.deg, inp.layout.recompute_layers
     if n is None:
         return parts["kept"]
@@ -339,9 +345,10 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
 
 
 def stage(inp: Inputs, k, parts: dict) -> dict:
-    """weights, gradients, optimizer, gathered, activations, optimizer_step and total of stage ``k`` at
-    its peak (the larger of its forward and backward and its optimizer step, where the step allocates), and the
-    host memory its offloaded activations and optimizer take (not in the total)."""
+    """weights, gradients, optimizer, gathered, activations, optimizer_step and total of stage ``k``
+    at its peak (the larger of its forward and backward and its optimizer step, where the step
+    allocates), and the host memory its offloaded activations and optimizer take (not in the
+    total)."""
     params = rank_params(inp, k)
     out = model_states(inp, params)
     out["activations"], host = stage_activations(inp, k, parts, params)
@@ -364,9 +371,10 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
 def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula, Formula]:
     """(temporaries, gradients) of a stage's optimizer step: what a foreach Adam
     (memory.optimizer_step.foreach) and a ZeRO optimizer's fp32 copy of the gradient partition
-    (memory.optimizer_step.fp32_gradient_copy*) allocate on the device for the parameters it updates there
-    (compute.optimizer.device_params), and the gradients held meanwhile (those parameters' share of the
-    partition, and ZeRO-3's reduce bucket, where DeepSpeed's optimizer freed the rest; else ``gradients``)."""
+    (memory.optimizer_step.fp32_gradient_copy*) allocate on the device for the parameters it updates
+    there (compute.optimizer.device_params), and the gradients held meanwhile (those parameters'
+    share of the partition, and ZeRO-3's reduce bucket, where DeepSpeed's optimizer freed the rest;
+    else ``gradients``)."""
     lay, shard = inp.deg, optimizer_shard(inp, params)
     if inp.layout.offload_optimizer:  # the offloaded share's step runs on the host
         shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
@@ -388,8 +396,8 @@ def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula,
 
 def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
     """The parts of the larger of a stage's two phases: the forward and backward (``out``), or the
-    optimizer step, which holds the model states and its temporaries (``optimizer_step``, :func:`_step_parts`)
-    with the activations and ZeRO-3's unsharded copies freed."""
+    optimizer step, which holds the model states and its temporaries (``optimizer_step``,
+    :func:`_step_parts`) with the activations and ZeRO-3's unsharded copies freed."""
     extra, gradients = _step_parts(inp, params, out["gradients"])
     same = gradients is out["gradients"]  # held alike in both phases, the gradients do not decide
     # the phase with the larger is the peak (the other model states are held in both)

@@ -3,7 +3,8 @@ the TP, CP and EP splits (forward, input gradient, weight gradient) at a wave-qu
 peak plus its operand traffic; the fused attention kernel; the memory-bound kernels at HBM
 bandwidth; the optimizer step over this GPU's shard. The op classes are those of the average stage
 (layers and the output head spread evenly, as in the FLOP count); :func:`ends_time` is the output
-layer's and loss's whole work, which the timing stage puts on the last stage for its critical path."""
+layer's and loss's whole work, which the timing stage puts on the last stage for its critical
+path."""
 
 from __future__ import annotations
 
@@ -27,13 +28,15 @@ class _Ops:
         inp.need("hbm_bandwidth")  # every op class moves bytes
         self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
         self.full = lay.full_recomputed(inp.recomputed).term  # forwards run again
-        # selective recomputation: the attention core again, or every second matmul and the memory-bound ops
+        # selective recomputation: the attention core again, or every second matmul and the
+        # memory-bound ops
         op = inp.selective == "op"
         self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).term if op else 0
         selective = () if op else ((1, lay.core_recomputed),)
         self.again = cases("again", "", (inp.recomputed, lay.recompute_is("full")), *selective,
                            (0, True)).term  # the attention core runs again
-        # mixers and FFNs of each kind per stage, and residual branches in blocks' worth (two a block)
+        # mixers and FFNs of each kind per stage, and residual branches in blocks' worth (two a
+        # block)
         self.attention, self.mamba = ratio(m.attention_blocks, lay.pp), ratio(m.mamba_blocks, lay.pp)
         self.dense, self.moe = ratio(m.dense_blocks, lay.pp), ratio(m.moe_blocks, lay.pp)
         self.branches = ratio(m.sublayers, 2 * lay.pp)
@@ -45,8 +48,8 @@ class _Ops:
         self.quantised = sms is not None and "tile_m" in inp.values
 
     def peak(self, low: bool):
-        """Peak FLOP/s of GEMMs in the plan's dtype (``low``: in a low-precision plan's format; else in 16 bits),
-        on the share of SMs that compute."""
+        """Peak FLOP/s of GEMMs in the plan's dtype (``low``: in a low-precision plan's format; else
+        in 16 bits), on the share of SMs that compute."""
         sixteen = self.inp.low_precision and not low
         return self.inp.values["peak_flops_16" if sixteen else "peak_flops"] * self.share
 
@@ -85,7 +88,8 @@ class _Ops:
 
     @functools.cached_property
     def head(self) -> Formula:
-        """Seconds of one microbatch's output-layer GEMMs, the MTP modules' heads and projections included."""
+        """Seconds of one microbatch's output-layer GEMMs, the MTP modules' heads and projections
+        included."""
         m, t, M = self.inp.model, self.inp.deg.tp, self.tokens
         head = self.gemm(1, M, m.vocab / t, m.hidden, False) * (1 + m.mtp_modules)
         if m.mtp_modules:
@@ -94,7 +98,8 @@ class _Ops:
 
     @functools.cached_property
     def loss_elements(self) -> Formula:
-        """Elements one microbatch's softmax cross-entropy moves (the MTP modules' losses included)."""
+        """Elements one microbatch's softmax cross-entropy moves (the MTP modules' losses
+        included)."""
         m = self.inp.model
         return self.inp.f("compute.memory_bound.cross_entropy") * (self.tokens / self.inp.deg.tp) * (1 + m.mtp_modules)
 
@@ -104,7 +109,8 @@ class _Ops:
 
 
 def streamed(inp: Inputs, moved: Formula) -> Formula:
-    """Seconds of memory-bound kernels that move ``moved`` bytes, with its formulas among the sources."""
+    """Seconds of memory-bound kernels that move ``moved`` bytes, with its formulas among the
+    sources."""
     t = inp.f("compute.memory_bound.time", kernel_bytes=moved.term)
     return composed(t.name, t.term, "s", t, moved)
 
@@ -178,8 +184,8 @@ def ends_time(o: _Ops) -> Formula:
 
 
 def _score_share(inp):
-    """Share of the full score matrix a fused kernel computes, over the blocks: causal, and within the
-    window on the model's sliding-window layers (a window as long as the sequence is causal)."""
+    """Share of the full score matrix a fused kernel computes, over the blocks: causal, and within
+    the window on the model's sliding-window layers (a window as long as the sequence is causal)."""
     m = inp.model
     causal = inp.f("compute.attention.causal_share")
     if not m.windowed_layers:
@@ -240,8 +246,8 @@ def _attention_core_time(o: _Ops) -> Formula:
 def memory_bound_time(o: _Ops) -> Formula:
     """Seconds per step of the memory-bound kernels of one GPU's stage: the residual stream's norms
     and adds (on s/t tokens under sequence parallelism), the MLP activation, rotary embeddings, MoE
-    token permutation, the copies around a stack's sequence-dim collectives and the cross-entropy, each
-    forward, backward and recomputed forward."""
+    token permutation, the copies around a stack's sequence-dim collectives and the cross-entropy,
+    each forward, backward and recomputed forward."""
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M = lay.tp, o.tokens
     f = inp.f
@@ -282,9 +288,9 @@ UNFUSED_ADAM = {"foreach": "compute.optimizer.bytes_per_param_foreach",
 
 
 def muon_matrices(m) -> list[tuple]:
-    """(rows, columns, count) of every matrix Muon orthogonalises in ``m``'s transformer layers: each
-    projection its own matrix (Q, K and V apart, the SwiGLU's gate and up apart), each routed and shared
-    expert's, the router's; the MTP modules' not counted."""
+    """(rows, columns, count) of every matrix Muon orthogonalises in ``m``'s transformer layers:
+    each projection its own matrix (Q, K and V apart, the SwiGLU's gate and up apart), each routed
+    and shared expert's, the router's; the MTP modules' not counted."""
     h, a, d = m.hidden, m.heads, m.head_dim
     if m.attention == "mla":
         r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
@@ -309,9 +315,10 @@ def muon_matrices(m) -> list[tuple]:
 
 
 def muon_time(inp: Inputs) -> Formula:
-    """Seconds of this GPU's share of Muon's Newton-Schulz steps: every matrix of the model once a step,
-    the matrices spread evenly over all GPUs (Megatron-Core's layer-wise distributed optimizer gives each
-    data-parallel rank whole matrices of its stage), in 16 bits at the 16-bit GEMM ceiling."""
+    """Seconds of this GPU's share of Muon's Newton-Schulz steps: every matrix of the model once a
+    step, the matrices spread evenly over all GPUs (Megatron-Core's layer-wise distributed optimizer
+    gives each data-parallel rank whole matrices of its stage), in 16 bits at the 16-bit GEMM
+    ceiling."""
     flops = sum((inp.f("compute.optimizer.newton_schulz_flops", gemm_m=Min(r, c, decide=True), gemm_n=Max(r, c, decide=True)) * n
                  for r, c, n in muon_matrices(inp.model)), Formula("0", 0, "FLOP", ""))
     sixteen = "_16" if inp.low_precision else ""
@@ -322,10 +329,10 @@ def muon_time(inp: Inputs) -> Formula:
 
 
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
-    """Seconds of one optimizer step over the parameters this GPU updates (its ZeRO shard), less the share
-    the host updates: Adam's with the bytes of the stack's kernel (fused unless the stack says otherwise), an
-    unfused one's weight decay a pass of its own; Muon's elementwise kernels and Newton-Schulz steps, AdamW
-    on its share of the embedding and output layer."""
+    """Seconds of one optimizer step over the parameters this GPU updates (its ZeRO shard), less the
+    share the host updates: Adam's with the bytes of the stack's kernel (fused unless the stack says
+    otherwise), an unfused one's weight decay a pass of its own; Muon's elementwise kernels and
+    Newton-Schulz steps, AdamW on its share of the embedding and output layer."""
     grad_bytes = Piecewise((4, inp.fp32_grads), (2, True))
     if inp.optimizer_kernel in UNFUSED_ADAM:
         per_param = inp.f(UNFUSED_ADAM[inp.optimizer_kernel], grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
@@ -354,8 +361,8 @@ def as_run(inp: Inputs, ideal: Formula) -> Formula:
 
 
 def op_times(inp: Inputs, params: dict) -> dict:
-    """Seconds per step on one GPU of each op class (:data:`OP_CLASSES`) and of the ends (``"ends"``:
-    :func:`ends_time`), as the stack runs them."""
+    """Seconds per step on one GPU of each op class (:data:`OP_CLASSES`) and of the ends
+    (``"ends"``: :func:`ends_time`), as the stack runs them."""
     o = _Ops(inp)
     ideal = {"gemm": gemm_time(o), "attention": attention_time(o), "memory_bound": memory_bound_time(o),
              "optimizer": optimizer_time(inp, params), "ends": ends_time(o)}

@@ -1,11 +1,10 @@
 """Where the ranks of each axis sit and which link each axis's collectives use, for a numeric layout
 without sympy.
 
-Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp, pp; the expert layers' etp, ep,
-edp folded over tp·cp·dp.
-An axis whose group fits in a scale-up domain (a node, or an NVL72-class rack of nodes) uses the
-scale-up link, one whose ranks are all in other domains the scale-out link; one that spans both is
-"two-level"."""
+Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp, pp; the expert layers'
+etp, ep, edp folded over tp·cp·dp. An axis whose group fits in a scale-up domain (a node, or an
+NVL72-class rack of nodes) uses the scale-up link, one whose ranks are all in other domains the
+scale-out link; one that spans both is "two-level"."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ def axis_stride(lay, axis: str):
 
 
 def link_kind(size, stride_, g) -> str:
-    """"scale-up", "scale-out" or "two-level" for a group of ``size`` ranks ``stride_`` apart on nodes of
-    ``g`` GPUs ("symbolic" while that depends on free symbols)."""
+    """"scale-up", "scale-out" or "two-level" for a group of ``size`` ranks ``stride_`` apart on
+    nodes of ``g`` GPUs ("symbolic" while that depends on free symbols)."""
     if not all(is_number(x) for x in (size, stride_, g)):
         if not is_number(g):
             return "symbolic"

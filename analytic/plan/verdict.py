@@ -1,6 +1,7 @@
-"""Whether a plan fits: its count against the HBM, with what the stack's allocator reserves beyond the
-count and what the process holds outside the allocator, both fitted on measurements
-(calibration.toml [memory]: :func:`analytic.presets.memory_reserve`, :func:`~analytic.presets.memory_outside`)."""
+"""Whether a plan fits: its count against the HBM, with what the stack's allocator reserves beyond
+the count and what the process holds outside the allocator, both fitted on measurements
+(calibration.toml [memory]: :func:`analytic.presets.memory_reserve`,
+:func:`~analytic.presets.memory_outside`)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def allocator_peak(plan, stage: int | None) -> Quantity:
 
 
 def outside(plan) -> Quantity:
-    """The memory outside the stack's allocator a process's peak holds: ``outside_bytes=`` where the plan
-    is given it, else the snapshots' mean."""
+    """The memory outside the stack's allocator a process's peak holds: ``outside_bytes=`` where the
+    plan is given it, else the snapshots' mean."""
     if "outside_bytes" in plan.overrides:
         return plan.memory().outside
     return memory_outside(_allocator(plan))["outside"]
@@ -43,10 +44,11 @@ def verdict(plan, stage: int | None) -> str:
 
 
 def verdicts(memory, fits, hbm: float, allocator: str, outside_bytes=None):
-    """:func:`verdict` of many layouts at once, as indices of :data:`MEMORY_VERDICTS` (a numpy array):
-    ``memory`` their counts in bytes, ``fits`` whether each count and the least memory outside the
-    allocator pass the HBM (``hbm``, bytes); the predicted peak with ``outside_bytes`` outside the allocator
-    (default the snapshots' mean). An allocator without a fitted reserve: the count decides."""
+    """:func:`verdict` of many layouts at once, as indices of :data:`MEMORY_VERDICTS` (a numpy
+    array): ``memory`` their counts in bytes, ``fits`` whether each count and the least memory
+    outside the allocator pass the HBM (``hbm``, bytes); the predicted peak with ``outside_bytes``
+    outside the allocator (default the snapshots' mean). An allocator without a fitted reserve: the
+    count decides."""
     import numpy as np
 
     from ..core.symbols import read_magnitude

@@ -80,7 +80,8 @@ def _ceiling_tables() -> dict:
 
 
 def _hbm_measured(key: str) -> tuple[float, str] | None:
-    """The measured HBM bandwidth of preset ``key`` over its datasheet's, and its source, or None."""
+    """The measured HBM bandwidth of preset ``key`` over its datasheet's, and its source, or
+    None."""
     entry = _ceiling_file()["hbm"].get(key, {}).get("bandwidth")
     if entry is None:
         return None
@@ -91,8 +92,9 @@ def _hbm_measured(key: str) -> tuple[float, str] | None:
 
 
 def memory_efficiency(hw: Hardware) -> tuple[float, str]:
-    """``hw``'s measured HBM bandwidth over its datasheet's (presets/ceilings.toml [hbm]), else the fraction
-    pooled over the measured devices; and a note where it is not the device's own measurement."""
+    """``hw``'s measured HBM bandwidth over its datasheet's (presets/ceilings.toml [hbm]), else the
+    fraction pooled over the measured devices; and a note where it is not the device's own
+    measurement."""
     measured = _hbm_measured(hw.key) if hw.key in _hardware_tables() else None
     if measured is not None:
         return measured[0], ""
@@ -124,8 +126,9 @@ def _measured(key: str, dtype: str) -> tuple[float, str, str] | None:
 
 
 def pooled_ceiling(dtype: str) -> float | None:
-    """Geometric mean of the measured GEMM ceilings (fractions of peak) of ``dtype`` (fp16's: bf16's, the
-    rate of the same tensor cores) over the presets that have one of their own, or None where none has."""
+    """Geometric mean of the measured GEMM ceilings (fractions of peak) of ``dtype`` (fp16's:
+    bf16's, the rate of the same tensor cores) over the presets that have one of their own, or None
+    where none has."""
     dtype = "bf16" if dtype == "fp16" else dtype
     fractions = [m[0] for key, table in _ceiling_tables().items() for d, entry in table.items()
                  if d == dtype and "same_as" not in entry and (m := _measured(key, d))]
@@ -133,9 +136,9 @@ def pooled_ceiling(dtype: str) -> float | None:
 
 
 def gemm_ceiling(key: str, dtype: str, hw: Hardware) -> Ceiling | None:
-    """The measured GEMM ceiling of preset ``key`` for ``dtype``: its own measurement (or a named preset's),
-    else for fp16 its bf16 one, the tensor cores' rate being the same; None where it has neither (the pooled
-    fraction is :func:`matmul_efficiency`'s)."""
+    """The measured GEMM ceiling of preset ``key`` for ``dtype``: its own measurement (or a named
+    preset's), else for fp16 its bf16 one, the tensor cores' rate being the same; None where it has
+    neither (the pooled fraction is :func:`matmul_efficiency`'s)."""
     measured = _measured(key, dtype)
     if measured is not None:
         fraction, source, note = measured
@@ -165,8 +168,8 @@ def memory_reserve(allocator: str) -> dict:
 
 def memory_outside(allocator: str) -> dict:
     """The device memory a process of ``allocator`` holds outside it, fitted on snapshots
-    (calibration.toml's [memory]): outside (the mean), stderr, low and high (the smallest and largest
-    snapshot), in bytes as quantities, and basis."""
+    (calibration.toml's [memory]): outside (the mean), stderr, low and high (the smallest and
+    largest snapshot), in bytes as quantities, and basis."""
     fitted = memory_reserve(allocator)
     if "outside_bytes" not in fitted:
         raise PresetError(f"memory: no memory outside {allocator}'s allocator is fitted (calibration.toml [memory])")
@@ -176,8 +179,8 @@ def memory_outside(allocator: str) -> dict:
 
 
 def outside_floor(allocator: str):
-    """The least memory measured outside ``allocator`` (:func:`memory_outside`'s low): what the count
-    must leave free on the device; 0 bytes where none is fitted."""
+    """The least memory measured outside ``allocator`` (:func:`memory_outside`'s low): what the
+    count must leave free on the device; 0 bytes where none is fitted."""
     try:
         return memory_outside(allocator)["low"]
     except PresetError:
@@ -185,9 +188,9 @@ def outside_floor(allocator: str):
 
 
 def matmul_efficiency(hw: Hardware, dtype: str) -> tuple[float | None, str]:
-    """``hw``'s measured GEMM ceiling for ``dtype`` over its peak, else (no measurement of the preset's, or a
-    hardware defined by hand) the one pooled over the measured devices; and a note where it is not the
-    device's own measurement."""
+    """``hw``'s measured GEMM ceiling for ``dtype`` over its peak, else (no measurement of the
+    preset's, or a hardware defined by hand) the one pooled over the measured devices; and a note
+    where it is not the device's own measurement."""
     ceiling = hw.matmul_ceiling(dtype)
     if ceiling is not None:
         return ceiling.fraction, ceiling.note and f"matmul efficiency: {ceiling.note}"
@@ -202,9 +205,9 @@ def _calibration_file() -> dict:
 
 
 def calibration(stack_name: str) -> Calibration:
-    """The fitted constants of ``stack_name``'s family (its ``efficiency`` property), or the pooled ones
-    where no source of that family is fitted; without a calibration file, the overlap alone (the fitted
-    constants None)."""
+    """The fitted constants of ``stack_name``'s family (its ``efficiency`` property), or the pooled
+    ones where no source of that family is fitted; without a calibration file, the overlap alone
+    (the fitted constants None)."""
     data = _calibration_file()
     family = stack(stack_name)["efficiency"]
     if "stack_efficiency" not in data:
@@ -281,8 +284,8 @@ def _hardware(name: str) -> Hardware:
 
 
 def as_model(value) -> Model:
-    """A model argument as a Model: a Model as given, a path to a Hugging Face ``config.json`` (a Path,
-    or a string ending in ``.json``), or a preset's name."""
+    """A model argument as a Model: a Model as given, a path to a Hugging Face ``config.json`` (a
+    Path, or a string ending in ``.json``), or a preset's name."""
     if isinstance(value, Model):
         return value
     if isinstance(value, Path) or (isinstance(value, str) and value.endswith(".json")):
@@ -316,13 +319,15 @@ def reliability_value(group: str, name: str):
 
 
 def llama3_interruption_rate():
-    """Unexpected interruptions per second per GPU in Llama 3's 54-day snapshot (419 on 16,384 GPUs)."""
+    """Unexpected interruptions per second per GPU in Llama 3's 54-day snapshot (419 on 16,384
+    GPUs)."""
     r = reliability_value
     return (r("llama3", "unexpected_interruptions") / (r("llama3", "period") * r("llama3", "gpus"))).to("1/s")
 
 
 def synchronous_restart_time():
-    """Seconds a failure stalls fully synchronous training while it restarts (Meta, O(100K) GPUs)."""
+    """Seconds a failure stalls fully synchronous training while it restarts (Meta, O(100K)
+    GPUs)."""
     return reliability_value("synchronous_restart", "time").to("s")
 
 
@@ -331,20 +336,22 @@ def _collective_tables() -> dict:
 
 
 def nccl_latency(link: str):
-    """NCCL's per-step ring latency on ``link`` ("scale_up" or "scale_out"), from collectives.toml."""
+    """NCCL's per-step ring latency on ``link`` ("scale_up" or "scale_out"), from
+    collectives.toml."""
     value, _ = _sourced("nccl", f"{link}_latency", _collective_tables()["nccl"][f"{link}_latency"])
     return as_quantity(f"nccl.{link}_latency", value)
 
 
 def nccl_efficiency(link: str) -> float:
-    """Share of ``link``'s bandwidth ("scale_up" or "scale_out") NCCL's rings reach, from collectives.toml."""
+    """Share of ``link``'s bandwidth ("scale_up" or "scale_out") NCCL's rings reach, from
+    collectives.toml."""
     value, _ = _sourced("nccl", f"{link}_efficiency", _collective_tables()["nccl"][f"{link}_efficiency"])
     return value
 
 
 def overlap_fraction() -> float:
-    """The share of a window of compute that overlapped traffic hides in, from collectives.toml (fixed,
-    not fitted)."""
+    """The share of a window of compute that overlapped traffic hides in, from collectives.toml
+    (fixed, not fitted)."""
     value, _ = _sourced("overlap", "fraction", _collective_tables()["overlap"]["fraction"])
     return value
 
@@ -368,8 +375,8 @@ def stacks() -> list[str]:
 
 
 def stack(name: str) -> dict:
-    """A stack's properties (their sources checked, values returned): its own, over those of the stack
-    its ``base`` names."""
+    """A stack's properties (their sources checked, values returned): its own, over those of the
+    stack its ``base`` names."""
     tables = _stack_tables()
     if name not in tables:
         raise UnknownNameError("stack", name, tables)
@@ -380,10 +387,10 @@ def stack(name: str) -> dict:
 
 @cache
 def precision(dtype: str, fp8_recipe: str | None = None) -> dict | None:
-    """The low-precision recipe ``dtype`` names (presets/precisions.toml: its peak, operand bytes as an exact
-    number, cast and weight-cache formulas, bytes sent and generations), for fp8 those of
-    its scaling recipe ``fp8_recipe`` (choices.FP8_RECIPES; None: the first), sources checked; None for a
-    16-bit dtype."""
+    """The low-precision recipe ``dtype`` names (presets/precisions.toml: its peak, operand bytes as
+    an exact number, cast and weight-cache formulas, bytes sent and generations), for fp8 those of
+    its scaling recipe ``fp8_recipe`` (choices.FP8_RECIPES; None: the first), sources checked; None
+    for a 16-bit dtype."""
     entry = table("precisions").get(dtype)
     if entry is None:
         return None
@@ -399,7 +406,8 @@ def precision(dtype: str, fp8_recipe: str | None = None) -> dict | None:
 
 
 def gemm_tile(generation: str):
-    """(T_m, T_n) of the generation's most efficient GEMM tile, or None when kernels.toml has none."""
+    """(T_m, T_n) of the generation's most efficient GEMM tile, or None when kernels.toml has
+    none."""
     entry = _kernel_tables()["gemm"].get(generation)
     return None if entry is None else tuple(_sourced(f"gemm.{generation}", "tile", entry["tile"])[0])
 

@@ -1,4 +1,5 @@
-"""Hardware: one accelerator type, its peaks, links and measured GEMM ceilings; a stack's fitted constants."""
+"""Hardware: one accelerator type, its peaks, links and measured GEMM ceilings; a stack's fitted
+constants."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ..core.values import choice, count, exact_number, in_range, quantity
 
 
 def field_quantity(name: str, value, unit: str) -> Quantity:
-    """A hardware field's quantity: a positive amount in ``unit``'s dimension (a string, a Quantity)."""
+    """A hardware field's quantity: a positive amount in ``unit``'s dimension (a string, a
+    Quantity)."""
     shown, value = value, quantity(name, value)
     if not isinstance(value, Quantity):
         raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {shown!r}")
@@ -27,8 +29,8 @@ _NAMES = {"scale_up": "scale_up_bandwidth", "scale_out": "scale_out_bandwidth"}
 
 
 def check_full_mesh(argument: str, links: int, domain: int) -> None:
-    """Raise unless ``links`` direct links per accelerator connect each of ``domain`` accelerators to
-    every other (a fully connected scale-up domain)."""
+    """Raise unless ``links`` direct links per accelerator connect each of ``domain`` accelerators
+    to every other (a fully connected scale-up domain)."""
     if links < domain - 1:
         raise InputError(f"{argument}: {links} direct links per accelerator cannot connect each of {domain} "
                          f"accelerators to every other; a fully connected domain of {domain} needs {domain - 1}")
@@ -46,8 +48,9 @@ FIELD_ALIASES = {"scale_up_bandwidth": "scale_up", "scale_out_bandwidth": "scale
 
 @dataclass(frozen=True)
 class Ceiling:
-    """A device's measured GEMM ceiling for one dtype as a fraction of its peak (presets/ceilings.toml):
-    its source and, where the device has no measurement of its own, what was taken instead (``note``)."""
+    """A device's measured GEMM ceiling for one dtype as a fraction of its peak
+    (presets/ceilings.toml): its source and, where the device has no measurement of its own, what
+    was taken instead (``note``)."""
 
     fraction: float
     source: str
@@ -56,9 +59,9 @@ class Ceiling:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Constants of the predictive step-time model for one software stack: its efficiency (the share of
-    the op-level ideal it realises) and the attention factor, fitted by ``analytic calibrate --published``;
-    the overlap fixed from presets/collectives.toml."""
+    """Constants of the predictive step-time model for one software stack: its efficiency (the share
+    of the op-level ideal it realises) and the attention factor, fitted by ``analytic calibrate
+    --published``; the overlap fixed from presets/collectives.toml."""
 
     stack_efficiency: float | None
     overlap: float
@@ -73,8 +76,8 @@ class Calibration:
 
 @dataclass(frozen=True)
 class Hardware:
-    """An accelerator. Peaks are dense; bandwidths are per device, one direction. Its quantities are held as
-    the library's and read as pint's (:class:`~analytic.core.units.Shown`)."""
+    """An accelerator. Peaks are dense; bandwidths are per device, one direction. Its quantities are
+    held as the library's and read as pint's (:class:`~analytic.core.units.Shown`)."""
 
     name: str
     peaks: dict = Shown()  # dtype → dense peak FLOP/s
@@ -123,8 +126,8 @@ class Hardware:
         return v
 
     def peak_flops(self, dtype: str = "bf16"):
-        """Dense peak FLOP/s for ``dtype``: its own, else that of the format a low-precision recipe's GEMMs
-        run in (mxfp8: fp8, nvfp4: fp4; presets/precisions.toml)."""
+        """Dense peak FLOP/s for ``dtype``: its own, else that of the format a low-precision
+        recipe's GEMMs run in (mxfp8: fp8, nvfp4: fp4; presets/precisions.toml)."""
         if dtype not in self.peaks:
             from . import peak_format
             dtype = peak_format(dtype)
@@ -141,12 +144,13 @@ class Hardware:
         return self._link("scale_out_bandwidth")
 
     def matmul_ceiling(self, dtype: str = "bf16") -> Ceiling | None:
-        """The measured GEMM ceiling for ``dtype`` as a fraction of peak, or None where the preset has none
-        (a hardware defined by hand)."""
+        """The measured GEMM ceiling for ``dtype`` as a fraction of peak, or None where the preset
+        has none (a hardware defined by hand)."""
         return self.ceilings.get(dtype)
 
     def replace(self, **changes) -> "Hardware":
-        """A copy with some numbers changed (``peak_flops``, ``hbm``, ``scale_up_bandwidth``, ...)."""
+        """A copy with some numbers changed (``peak_flops``, ``hbm``, ``scale_up_bandwidth``,
+        ...)."""
         changes = {FIELD_ALIASES.get(k, k): v for k, v in changes.items()}
         if "peak_flops" in changes:
             pf = changes.pop("peak_flops")

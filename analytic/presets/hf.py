@@ -1,7 +1,7 @@
 """Models from Hugging Face ``config.json`` files: each supported architecture's fields mapped to
-:class:`~analytic.presets.model.Model`'s, every other field either known to leave what the library counts
-unchanged (dropout, RoPE base, token ids, ...) or refused with its name. A file is read as JSON and
-nothing in it is run."""
+:class:`~analytic.presets.model.Model`'s, every other field either known to leave what the library
+counts unchanged (dropout, RoPE base, token ids, ...) or refused with its name. A file is read as
+JSON and nothing in it is run."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def _need(cfg: dict, key: str) -> int:
 
 
 def _count(cfg: dict, key: str, default=None, minimum: int = 1):
-    """``key`` as a JSON integer of at least ``minimum`` (true and false are not integers), or ``default``
-    where it is absent or null."""
+    """``key`` as a JSON integer of at least ``minimum`` (true and false are not integers), or
+    ``default`` where it is absent or null."""
     value = cfg.get(key)
     if value is None:
         return default
@@ -62,8 +62,8 @@ def _count(cfg: dict, key: str, default=None, minimum: int = 1):
 
 
 def _flag(cfg: dict, key: str, default: bool) -> bool:
-    """``key`` as JSON true or false (a string such as "false" is refused, not read by its truth), or
-    ``default`` where it is absent."""
+    """``key`` as JSON true or false (a string such as "false" is refused, not read by its truth),
+    or ``default`` where it is absent."""
     value = cfg.get(key, default)
     if type(value) is not bool:
         raise InputError(f"config: {key}: expected true or false, got {_value(value)}")
@@ -127,14 +127,15 @@ def _llama(cfg):
 
 
 def _mistral(cfg):
-    """Mistral: Llama's decoder with a sliding window on every layer (Mistral 7B, arXiv 2310.06825 §2)."""
+    """Mistral: Llama's decoder with a sliding window on every layer (Mistral 7B, arXiv 2310.06825
+    §2)."""
     return _dense(cfg, window=True), DENSE_FIELDS
 
 
 def _gpt_oss(cfg):
-    """GPT-OSS: a SwiGLU MoE (its clamp, swiglu_limit, changes no count) with biases on the attention
-    (QKV and output), on every expert and the router, a sink logit per head, and a sliding window on
-    the layers ``layer_types`` names so (OpenAI 2025, gpt-oss model card §2.1)."""
+    """GPT-OSS: a SwiGLU MoE (its clamp, swiglu_limit, changes no count) with biases on the
+    attention (QKV and output), on every expert and the router, a sink logit per head, and a sliding
+    window on the layers ``layer_types`` names so (OpenAI 2025, gpt-oss model card §2.1)."""
     out = _dense({k: v for k, v in cfg.items() if k not in ("attention_bias", "sliding_window")})
     types = cfg.get("layer_types")
     if types is None:  # GptOssConfig.__post_init__: sliding on the even layers, full on the odd ones
@@ -212,7 +213,8 @@ def _deepseek(cfg):
                topk=_need(cfg, "num_experts_per_tok"), expert_ffn_hidden=_need(cfg, "moe_intermediate_size"),
                dense_layers=_count(cfg, "first_k_dense_replace", 0, minimum=0),
                mtp_modules=_count(cfg, "num_nextn_predict_layers", 0, minimum=0),
-               # group-limited routing: DeepSeek places one expert group per node (V3 §3.2.2: at most 4 nodes)
+               # group-limited routing: DeepSeek places one expert group per node (V3 §3.2.2: at
+               # most 4 nodes)
                nodes_per_token=reach if groups and reach and reach < groups else 0)
     return out, used | {"qk_nope_head_dim", "v_head_dim", "moe_layer_freq", "n_group", "topk_group", "q_lora_rank",
                         "kv_lora_rank", "qk_rope_head_dim", "n_routed_experts", "n_shared_experts",
@@ -222,10 +224,11 @@ def _deepseek(cfg):
 
 _BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # HF's layers_block_type names
 
-#: Nemotron-H fields that change no count: the SSM's step-size initialisation and limits, the scan's chunk (a
-#: kernel tile), expand (the inner width is mamba_num_heads × mamba_head_dim), the inference cache, residual
-#: precision and init, the router's score scaling and groups of one, n_shared_experts (their width is
-#: moe_shared_expert_intermediate_size); and the fields _nemotron_h reads and checks
+#: Nemotron-H fields that change no count: the SSM's step-size initialisation and limits, the scan's
+#: chunk (a kernel tile), expand (the inner width is mamba_num_heads × mamba_head_dim), the
+#: inference cache, residual precision and init, the router's score scaling and groups of one,
+#: n_shared_experts (their width is moe_shared_expert_intermediate_size); and the fields _nemotron_h
+#: reads and checks
 NEMOTRON_NEUTRAL = frozenset({
     "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "chunk_size", "mamba_hidden_act",
     "mamba_ssm_cache_dtype", "use_mamba_kernels", "residual_in_fp32", "rescale_prenorm_residual", "layer_norm_epsilon",
@@ -296,7 +299,8 @@ ARCHITECTURES = {"llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "gem
                  "gpt_oss": _gpt_oss, "nemotron_h": _nemotron_h}
 
 
-#: a field written under another name in some configs (OpenAI's own gpt-oss config.json): no default where given
+#: a field written under another name in some configs (OpenAI's own gpt-oss config.json): no default
+#: where given
 ALIASES = {"num_experts_per_tok": "experts_per_token"}
 
 
@@ -308,8 +312,9 @@ def defaults(kind: str) -> dict:
 
 
 def model_fields(config, name: str | None = None) -> dict:
-    """Model keyword arguments from a config (path or dict), each omitted field read as transformers'
-    config class of its model_type fills it; an InputError names what is not understood."""
+    """Model keyword arguments from a config (path or dict), each omitted field read as
+    transformers' config class of its model_type fills it; an InputError names what is not
+    understood."""
     cfg = read(config)
     kind = cfg.get("model_type")
     if not isinstance(kind, str) or kind not in ARCHITECTURES:

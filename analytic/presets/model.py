@@ -1,5 +1,6 @@
 """Model: a transformer architecture; its parameter counts come from the catalogue's formulas (read
-when a count is first asked for: building and checking a Model imports neither sympy nor the catalogue)."""
+when a count is first asked for: building and checking a Model imports neither sympy nor the
+catalogue)."""
 
 from __future__ import annotations
 
@@ -24,26 +25,27 @@ _ATTENTIONS = ("mha", "mla")
 class Model:
     """A decoder-only transformer. Counts may be sympy symbols (e.g. ``an.sym("layers")``).
 
-    Defaults follow DESIGN.md: ``ffn_hidden = 4·hidden``, ``kv_heads = heads``,
-    ``head_dim = hidden // heads``. GELU models default to LayerNorm with biases, SwiGLU models to
-    RMSNorm without. ``attention="mla"`` counts DeepSeek's multi-head latent attention.
-    ``nodes_per_token`` > 0 limits how many nodes an MoE token is sent to (node-limited routing).
-    ``mtp_modules`` multi-token prediction modules (DeepSeek-V3 §2.2) each add a projection and one
-    transformer block of the model's last kind, sharing the embedding and output head; they are
-    trained, stored and computed, but not in ``total_params`` / ``active_params`` (the papers' counts
-    leave them out) — see :meth:`mtp_params_formula`. ``qk_norm``: an RMSNorm over each head's query
-    and key (Qwen3). ``qkv_bias``: biases on the QKV projection only (Qwen, Qwen2).
-    ``sliding_window`` W > 0 limits the attention of ``sliding_layers`` of the layers (None: all) to
-    the last W keys (Mistral, GPT-OSS); ``attention_sinks`` adds a learned sink logit per head and
-    ``expert_bias`` biases on every expert and the router (GPT-OSS). :meth:`from_hf` reads a Hugging
-    Face ``config.json``.
+    Defaults follow DESIGN.md: ``ffn_hidden = 4·hidden``, ``kv_heads = heads``, ``head_dim = hidden
+    // heads``. GELU models default to LayerNorm with biases, SwiGLU models to RMSNorm without.
+    ``attention="mla"`` counts DeepSeek's multi-head latent attention. ``nodes_per_token`` > 0
+    limits how many nodes an MoE token is sent to (node-limited routing). ``mtp_modules``
+    multi-token prediction modules (DeepSeek-V3 §2.2) each add a projection and one transformer
+    block of the model's last kind, sharing the embedding and output head; they are trained, stored
+    and computed, but not in ``total_params`` / ``active_params`` (the papers' counts leave them
+    out) — see :meth:`mtp_params_formula`. ``qk_norm``: an RMSNorm over each head's query and key
+    (Qwen3). ``qkv_bias``: biases on the QKV projection only (Qwen, Qwen2). ``sliding_window`` W > 0
+    limits the attention of ``sliding_layers`` of the layers (None: all) to the last W keys
+    (Mistral, GPT-OSS); ``attention_sinks`` adds a learned sink logit per head and ``expert_bias``
+    biases on every expert and the router (GPT-OSS). :meth:`from_hf` reads a Hugging Face
+    ``config.json``.
 
-    A hybrid model (Nemotron-H, Nemotron 3) gives ``layer_pattern`` in Megatron-Core's hybrid grammar, one
-    character a layer: ``M`` a Mamba-2 mixer (``ssm_heads`` of ``ssm_head_dim``, state ``ssm_state``,
-    ``ssm_groups``, a convolution of ``ssm_conv``), ``*`` attention, ``-`` an MLP, ``E`` an MoE; each
-    layer is that one part after its own norm. Its MTP module is an attention and an FFN layer (Nemotron 3
-    Super's ``*E``). ``moe_latent`` > 0 runs the routed experts in that width between two projections
-    (LatentMoE). ``mlp="relu2"``: squared ReLU, ungated (two matrices, counted as GELU's)."""
+    A hybrid model (Nemotron-H, Nemotron 3) gives ``layer_pattern`` in Megatron-Core's hybrid
+    grammar, one character a layer: ``M`` a Mamba-2 mixer (``ssm_heads`` of ``ssm_head_dim``, state
+    ``ssm_state``, ``ssm_groups``, a convolution of ``ssm_conv``), ``*`` attention, ``-`` an MLP,
+    ``E`` an MoE; each layer is that one part after its own norm. Its MTP module is an attention and
+    an FFN layer (Nemotron 3 Super's ``*E``). ``moe_latent`` > 0 runs the routed experts in that
+    width between two projections (LatentMoE). ``mlp="relu2"``: squared ReLU, ungated (two matrices,
+    counted as GELU's)."""
 
     layers: object
     hidden: object
@@ -130,7 +132,8 @@ class Model:
             raise InputError("attention='mla' needs q_lora_rank, kv_lora_rank and rope_dim")
         rotated = "rope_dim" if self.attention == "mla" else "head_dim"
         if self.position == "rope" and isinstance(getattr(self, rotated), int) and getattr(self, rotated) % 2:
-            # RoPE rotates pairs of dimensions (Su et al. 2021, RoFormer, arXiv 2104.09864 §3.2: d even)
+            # RoPE rotates pairs of dimensions (Su et al. 2021, RoFormer, arXiv 2104.09864 §3.2: d
+            # even)
             raise InputError(f"{rotated}: rotary embeddings rotate pairs of dimensions; {getattr(self, rotated)} is odd")
         set_("sliding_window", count("sliding_window", self.sliding_window, minimum=0))
         if self.sliding_layers is not None:
@@ -299,12 +302,13 @@ class Model:
 
     @property
     def routed_expert_tensors(self):
-        """The routed experts' parameter tensors among :attr:`block_tensors`: two per expert per MoE block
-        (four with their biases)."""
+        """The routed experts' parameter tensors among :attr:`block_tensors`: two per expert per MoE
+        block (four with their biases)."""
         return self.moe_blocks * (4 if self.expert_bias else 2) * self.experts
 
     def counts(self) -> dict:
-        """keyword → value of every architecture symbol the model has: ints, or sympy expressions."""
+        """keyword → value of every architecture symbol the model has: ints, or sympy
+        expressions."""
         out = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
                "head_dim": self.head_dim, "ffn_hidden": self.ffn_hidden, "vocab": self.vocab}
         if self.position == "learned":
@@ -397,8 +401,9 @@ class Model:
                                           f"{self.position} positions" + (", biases" if self.bias else ""),))
 
     def mtp_params_formula(self, active: bool = False) -> Formula:
-        """Parameters of the MTP modules (all, or those one token uses): per module the projection and
-        norms of model.params.mtp_projection and a transformer block of the last layer's kind."""
+        """Parameters of the MTP modules (all, or those one token uses): per module the projection
+        and norms of model.params.mtp_projection and a transformer block of the last layer's
+        kind."""
         layer, mlp, moe = self._layer_parts(active)  # a hybrid model's: an attention and an FFN layer, a norm each
         module = self._part("model.params.mtp_projection") + layer + (moe if self.is_moe else mlp)
         return (module * self.mtp_modules).renamed(
@@ -411,11 +416,12 @@ class Model:
         return routed + self._part("model.params.routed_experts_bias") if self.expert_bias else routed
 
     def stage_params_formulas(self, start, layers, first, last) -> tuple[Formula, Formula]:
-        """(parameters outside the routed experts, routed-expert parameters) of a pipeline stage holding
-        ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense); ``first`` and
-        ``last`` (booleans or sympy conditions) add the embedding and learned positions, and the final
-        norm, the output layer and the MTP modules. A tied embedding is kept again on the last stage of
-        a pipeline to compute the logits (Megatron-LM's shared embedding)."""
+        """(parameters outside the routed experts, routed-expert parameters) of a pipeline stage
+        holding ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense);
+        ``first`` and ``last`` (booleans or sympy conditions) add the embedding and learned
+        positions, and the final norm, the output layer and the MTP modules. A tied embedding is
+        kept again on the last stage of a pipeline to compute the logits (Megatron-LM's shared
+        embedding)."""
         from ..core.algebra import Max, Min, Piecewise
         from ..core.formula import Formula
         one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
@@ -450,8 +456,9 @@ class Model:
         return rest / self.layers, experts / self.layers
 
     def stage_ends_formula(self, first, last) -> Formula:
-        """Parameters of a pipeline stage's ends: the embedding and learned positions where ``first``, the
-        output layer where ``last`` (a tied embedding kept again on the last stage of a pipeline)."""
+        """Parameters of a pipeline stage's ends: the embedding and learned positions where
+        ``first``, the output layer where ``last`` (a tied embedding kept again on the last stage of
+        a pipeline)."""
         from ..core.algebra import And, Not, Piecewise
         one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
         emb = self._part("model.params.embedding")

@@ -1,5 +1,6 @@
-"""TorchTitan's op-level selective activation checkpointing on a Llama block, and the bytes a block's
-forward leaves saved under it: what ``memory.activations.layer_flash_swiglu_op_sac`` counts."""
+"""TorchTitan's op-level selective activation checkpointing on a Llama block, and the bytes a
+block's forward leaves saved under it: what ``memory.activations.layer_flash_swiglu_op_sac``
+counts."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ SAVE = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_flash_atte
 
 
 class LlamaBlock(nn.Module):
-    """TorchTitan's Llama TransformerBlock: RMSNorm, bias-free wq/wk/wv/wo, GQA by repeating K and V,
-    causal SDPA, RMSNorm and the SwiGLU w2(silu(w1 x) · w3 x). Rotary embedding left out (elementwise,
-    never saved under the policy)."""
+    """TorchTitan's Llama TransformerBlock: RMSNorm, bias-free wq/wk/wv/wo, GQA by repeating K and
+    V, causal SDPA, RMSNorm and the SwiGLU w2(silu(w1 x) · w3 x). Rotary embedding left out
+    (elementwise, never saved under the policy)."""
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, ffn_hidden: int):
         super().__init__()
@@ -46,8 +47,8 @@ class LlamaBlock(nn.Module):
 
 
 def op_sac_context():
-    """TorchTitan's op-level policy: save the outputs of the ops in :data:`SAVE`, except every second
-    matmul of a block's forward (and of its recomputation); recompute the rest."""
+    """TorchTitan's op-level policy: save the outputs of the ops in :data:`SAVE`, except every
+    second matmul of a block's forward (and of its recomputation); recompute the rest."""
     meta = defaultdict(int)
 
     def policy(ctx, func, *args, **kwargs):
@@ -62,10 +63,11 @@ def op_sac_context():
 
 def saved_bytes_per_token(hidden: int = 256, heads: int = 4, kv_heads: int = 2, ffn_hidden: int = 704,
                           tokens: int = 512, compiled: bool = False) -> float:
-    """Bytes a bf16 block's forward under :func:`op_sac_context` leaves allocated per token, its input
-    (the checkpoint keeps it) included and its output (the next block's input) not, on the CPU; with
-    ``compiled``, the checkpointed block compiled by torch.compile (Inductor), as TorchTitan compiles
-    each block after wrapping it, measured after a first step has compiled its forward and backward."""
+    """Bytes a bf16 block's forward under :func:`op_sac_context` leaves allocated per token, its
+    input (the checkpoint keeps it) included and its output (the next block's input) not, on the
+    CPU; with ``compiled``, the checkpointed block compiled by torch.compile (Inductor), as
+    TorchTitan compiles each block after wrapping it, measured after a first step has compiled its
+    forward and backward."""
     block = LlamaBlock(hidden, heads, kv_heads, ffn_hidden).to(torch.bfloat16)
     x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
 

@@ -1,13 +1,14 @@
 """Calibrate the op-level model's kernel constants on the local device.
 
-``torch.matmul`` is timed over a grid of shapes and a copy kernel over large buffers. The catalogue's
-GEMM time, ``compute.gemm.math_time`` + ``compute.gemm.memory_time``, is linear in 1/(F·η) and
-1/(B_hbm·η_hbm) for known shapes (wave quantisation from the device's SM count and the generation's
-tile on CUDA; none on a CPU), so non-negative least squares fits the achieved FLOP/s of a large GEMM
-and the bandwidth its operands stream at. Every fourth shape is held out and predicted. The copy
-kernel gives the achievable HBM bandwidth (``compute.memory_bound.time``). Given the device's peak
-and HBM bandwidth (``--hardware`` or ``--peak-flops`` and ``--hbm-bandwidth``) the fit is a profile:
-``matmul_efficiency`` and ``memory_efficiency`` that ``Plan(..., profile=FILE)`` reads.
+``torch.matmul`` is timed over a grid of shapes and a copy kernel over large buffers. The
+catalogue's GEMM time, ``compute.gemm.math_time`` + ``compute.gemm.memory_time``, is linear in
+1/(F·η) and 1/(B_hbm·η_hbm) for known shapes (wave quantisation from the device's SM count and the
+generation's tile on CUDA; none on a CPU), so non-negative least squares fits the achieved FLOP/s of
+a large GEMM and the bandwidth its operands stream at. Every fourth shape is held out and predicted.
+The copy kernel gives the achievable HBM bandwidth (``compute.memory_bound.time``). Given the
+device's peak and HBM bandwidth (``--hardware`` or ``--peak-flops`` and ``--hbm-bandwidth``) the fit
+is a profile: ``matmul_efficiency`` and ``memory_efficiency`` that ``Plan(..., profile=FILE)``
+reads.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ GRID = {"cpu": [(m, n, k) for m in (64, 256, 512) for n in (64, 256, 512) for k 
 #: elements of each copy buffer (bandwidth)
 COPY = {"cpu": 1 << 23, "cuda": 1 << 28}
 DTYPES = {"cpu": "float32", "cuda": "bfloat16"}
-#: a fit is poor when the GEMM model explains less than this share of the variance of log time over the
-#: fitted shapes, or misses the held-out shapes by more than MAX_HELD_OUT_ERROR on average: its constants
-#: would then describe the fit's failure, not the device
+#: a fit is poor when the GEMM model explains less than this share of the variance of log time over
+#: the fitted shapes, or misses the held-out shapes by more than MAX_HELD_OUT_ERROR on average: its
+#: constants would then describe the fit's failure, not the device
 MIN_R2, MAX_HELD_OUT_ERROR = 0.9, 0.25
 
 
@@ -82,7 +83,8 @@ def _wave(m, n, sms, tile):
 
 def fit(samples: dict, tile=None) -> dict:
     """Achieved FLOP/s of a large GEMM and its operands' bandwidth (non-negative least squares on
-    seconds), R² on the fitted shapes, the error on every fourth shape held out, the copy bandwidth."""
+    seconds), R² on the fitted shapes, the error on every fourth shape held out, the copy
+    bandwidth."""
     from scipy.optimize import nnls
     e = samples["element_bytes"]
     rows, t = [], []
@@ -106,8 +108,8 @@ def fit(samples: dict, tile=None) -> dict:
 
 
 def poor(result: dict) -> str | None:
-    """Why :func:`fit`'s result does not describe the device (a negative or small R², a large held-out
-    error, no achieved FLOP/s), or None where it does."""
+    """Why :func:`fit`'s result does not describe the device (a negative or small R², a large
+    held-out error, no achieved FLOP/s), or None where it does."""
     if result["achieved_flops"] is None:
         return "the fit gives the GEMMs' multiply-adds no time"
     if result["r2_log"] < MIN_R2:
@@ -118,7 +120,8 @@ def poor(result: dict) -> str | None:
 
 
 def profile(samples: dict, result: dict, peak_flops=None, hbm_bandwidth=None, hardware: str | None = None) -> dict:
-    """The profile table: what was measured, the fit, and (given the peaks) the constants a Plan reads."""
+    """The profile table: what was measured, the fit, and (given the peaks) the constants a Plan
+    reads."""
     constants = {}
     if peak_flops is not None and result["achieved_flops"] is not None:
         constants["matmul_efficiency"] = min(1.0, result["achieved_flops"] / peak_flops)

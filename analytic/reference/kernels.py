@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-#: rows a kernel below computes at once in fp32 (its working set, which a fused kernel keeps on chip)
+#: rows a kernel below computes at once in fp32 (its working set, which a fused kernel keeps on
+#: chip)
 BLOCK_ROWS = 128
 
 
@@ -16,8 +17,8 @@ def _blocks(rows: torch.Tensor):
 
 
 class RMSNormFn(torch.autograd.Function):
-    """Saves its input and the fp32 per-row statistics; like a fused kernel, it computes in fp32 a block
-    of rows at a time, so no full-size fp32 copy is ever held."""
+    """Saves its input and the fp32 per-row statistics; like a fused kernel, it computes in fp32 a
+    block of rows at a time, so no full-size fp32 copy is ever held."""
 
     @staticmethod
     def forward(ctx, x, w, eps):
@@ -45,8 +46,8 @@ class RMSNormFn(torch.autograd.Function):
 
 
 class LayerNormFn(torch.autograd.Function):
-    """Saves its input and the fp32 per-row mean and reciprocal standard deviation; computes in fp32 a
-    block of rows at a time, as :class:`RMSNormFn` does."""
+    """Saves its input and the fp32 per-row mean and reciprocal standard deviation; computes in fp32
+    a block of rows at a time, as :class:`RMSNormFn` does."""
 
     @staticmethod
     def forward(ctx, x, w, bias, eps):
@@ -79,7 +80,8 @@ class LayerNormFn(torch.autograd.Function):
 
 class SwiGLUFn(torch.autograd.Function):
     """silu(gate) * up, saving gate and up only (SiLU recomputed). Like a fused kernel, its backward
-    holds only the two 16-bit gradients it returns: it computes in fp32 a block of rows at a time."""
+    holds only the two 16-bit gradients it returns: it computes in fp32 a block of rows at a
+    time."""
 
     @staticmethod
     def forward(ctx, gate, up):
@@ -101,10 +103,10 @@ class SwiGLUFn(torch.autograd.Function):
 
 
 class FlashCoreFn(torch.autograd.Function):
-    """softmax(QKᵀ·scale + mask)·V as FlashAttention computes it, without the tiling (Dao et al. 2022,
-    arXiv 2205.14135 Algorithms 2 and 4): the forward saves Q, K, V, the output and the fp32
-    log-sum-exp of each row; the backward recomputes S = QKᵀ and P from them, then dV = PᵀdO,
-    dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q: five matmuls against the forward's two."""
+    """softmax(QKᵀ·scale + mask)·V as FlashAttention computes it, without the tiling (Dao et al.
+    2022, arXiv 2205.14135 Algorithms 2 and 4): the forward saves Q, K, V, the output and the fp32
+    log-sum-exp of each row; the backward recomputes S = QKᵀ and P from them, then dV = PᵀdO, dP =
+    dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q: five matmuls against the forward's two."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale):
@@ -126,7 +128,8 @@ class FlashCoreFn(torch.autograd.Function):
 
 
 class OutProjFn(torch.autograd.Function):
-    """o = attn[b, a, s, d] (as flash attention returned it) → [b, s, h] @ Wᵀ, saving ``attn`` itself."""
+    """o = attn[b, a, s, d] (as flash attention returned it) → [b, s, h] @ Wᵀ, saving ``attn``
+    itself."""
 
     @staticmethod
     def forward(ctx, attn, w):

@@ -1,10 +1,11 @@
-"""The bytes an AdamW step moves, counted on the operations PyTorch dispatches: each reads its distinct
-tensor operands once and writes its outputs (or, in place, the operands it mutates). Against
-``compute.optimizer.bytes_per_param_foreach`` and ``compute.optimizer.weight_decay_bytes_per_param``.
+"""The bytes an AdamW step moves, counted on the operations PyTorch dispatches: each reads its
+distinct tensor operands once and writes its outputs (or, in place, the operands it mutates).
+Against ``compute.optimizer.bytes_per_param_foreach`` and
+``compute.optimizer.weight_decay_bytes_per_param``.
 
-Only tensors of more than one element count (the step counters and bias corrections are scalars), and a
-view moves nothing. A fused kernel declares every tensor it may write (the gradients too, which it unscales
-under a gradient scaler), so its count is not the HBM traffic: it is left out.
+Only tensors of more than one element count (the step counters and bias corrections are scalars),
+and a view moves nothing. A fused kernel declares every tensor it may write (the gradients too,
+which it unscales under a gradient scaler), so its count is not the HBM traffic: it is left out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from torch.utils._pytree import tree_flatten
 
 from ..core.values import choice
 
-#: AdamW's arguments for PyTorch's two unfused implementations (_multi_tensor_adam, _single_tensor_adam)
+#: AdamW's arguments for PyTorch's two unfused implementations (_multi_tensor_adam,
+#: _single_tensor_adam)
 KERNELS = {"foreach": {"foreach": True}, "for-loop": {"foreach": False}}
 
 
@@ -50,8 +52,8 @@ class Traffic(TorchDispatchMode):
 
 
 def bytes_per_param(kernel: str, weight_decay: float, *, sizes=(4096, 1000, 3)) -> float:
-    """Bytes a second AdamW step (``kernel``: PyTorch's foreach or for-loop) moves per fp32 parameter,
-    over parameters of ``sizes`` elements with fp32 gradients."""
+    """Bytes a second AdamW step (``kernel``: PyTorch's foreach or for-loop) moves per fp32
+    parameter, over parameters of ``sizes`` elements with fp32 gradients."""
     choice("kernel", kernel, tuple(KERNELS))
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(n)) for n in sizes]

@@ -14,11 +14,11 @@ def _nodes(nodes):
 
 
 def live_bytes(fn) -> tuple[int, int]:
-    """Run ``fn()`` under the CPU profiler: (the most bytes its allocations held at once, the bytes they
-    still hold when it returns). A free counts only for a block allocated under this profile, matched by
-    address; an address allocated again was freed before. A free made on a thread the profiler does not
-    follow (a collective's worker thread) is not recorded, so its block reads as held until its address
-    comes back."""
+    """Run ``fn()`` under the CPU profiler: (the most bytes its allocations held at once, the bytes
+    they still hold when it returns). A free counts only for a block allocated under this profile,
+    matched by address; an address allocated again was freed before. A free made on a thread the
+    profiler does not follow (a collective's worker thread) is not recorded, so its block reads as
+    held until its address comes back."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = sorted((node.start_time_ns, node.typed[1].ptr, node.typed[1].alloc_size)
@@ -28,8 +28,9 @@ def live_bytes(fn) -> tuple[int, int]:
 
 
 def fold(events) -> tuple[int, int]:
-    """(the most bytes held at once, the bytes held at the end) over ``(address, bytes)`` events in time
-    order: an allocation (bytes > 0) or a free (bytes < 0), as :func:`live_bytes` reads them."""
+    """(the most bytes held at once, the bytes held at the end) over ``(address, bytes)`` events in
+    time order: an allocation (bytes > 0) or a free (bytes < 0), as :func:`live_bytes` reads
+    them."""
     held: dict[int, int] = {}
     live = top = 0
     for ptr, size in events:

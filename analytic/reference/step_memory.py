@@ -1,16 +1,16 @@
-"""Whole training steps of a tiny Llama under FSDP2 on one device (or several CPU processes), their peak
-memory measured against the library's count of the same plan (``Plan.memory``).
+"""Whole training steps of a tiny Llama under FSDP2 on one device (or several CPU processes), their
+peak memory measured against the library's count of the same plan (``Plan.memory``).
 
 The run is TorchTitan's: its units (:data:`WRAPPINGS`) wrapped by ``fully_shard`` with
-``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW (foreach in
-2024, fused in 2025: :data:`KERNELS`), the loss
-``cross_entropy(logits.float(), labels)`` (compiled for the stack of 2025, :data:`STACKS`), gradients
-accumulated over the step's microbatches. On a GPU the peak is the caching allocator's
-(``torch.cuda.max_memory_allocated``, and its reserve ``max_memory_reserved``); on the CPU, which has no
-such allocator, it is the most bytes live at once by the profiler's record of every allocation and free,
-the allocated peak's counterpart. The reference's norm and SwiGLU kernels compute a block of rows at a
-time, as fused kernels do, so their fp32 working set stays small; what the CPU's attention kernel and
-FSDP2's collectives allocate is theirs.
+``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW (foreach
+in 2024, fused in 2025: :data:`KERNELS`), the loss ``cross_entropy(logits.float(), labels)``
+(compiled for the stack of 2025, :data:`STACKS`), gradients accumulated over the step's
+microbatches. On a GPU the peak is the caching allocator's (``torch.cuda.max_memory_allocated``, and
+its reserve ``max_memory_reserved``); on the CPU, which has no such allocator, it is the most bytes
+live at once by the profiler's record of every allocation and free, the allocated peak's
+counterpart. The reference's norm and SwiGLU kernels compute a block of rows at a time, as fused
+kernels do, so their fp32 working set stays small; what the CPU's attention kernel and FSDP2's
+collectives allocate is theirs.
 
 ``python -m analytic.reference.step_memory [--device cuda]`` prints the comparison.
 """
@@ -43,8 +43,8 @@ def tiny(vocab: int = 4096, seq_len: int = 1024) -> Model:
 
 @functools.cache
 def _mesh(device_type: str):
-    """A device mesh over the process group's ranks: the one :func:`measure_ranks` started, or else one
-    rank on a group of its own (gloo on the CPU, NCCL on a GPU)."""
+    """A device mesh over the process group's ranks: the one :func:`measure_ranks` started, or else
+    one rank on a group of its own (gloo on the CPU, NCCL on a GPU)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -55,8 +55,8 @@ def _mesh(device_type: str):
 
 
 #: TorchTitan's FSDP2 units without a pipeline, by the version of its apply_fsdp
-#: (torchtitan/parallelisms/parallelize_llama.py at 6b03ffa32, Dec 2024; torchtitan/models/llama3/infra/
-#: parallelize.py from 83e694105, July 2025)
+#: (torchtitan/parallelisms/parallelize_llama.py at 6b03ffa32, Dec 2024;
+#: torchtitan/models/llama3/infra/ parallelize.py from 83e694105, July 2025)
 WRAPPINGS = {
     "2024": "every block resharded after its forward but the last; the embedding, final norm and output "
             "layer in the root, which FSDP2 never reshards after its forward",
@@ -66,8 +66,8 @@ WRAPPINGS = {
 
 
 def build(model: Model, seq_len: int, device: torch.device, wrapping: str = "2024") -> Transformer:
-    """The reference transformer of ``model`` (flash attention), sharded by FSDP2 in TorchTitan's units
-    (:data:`WRAPPINGS`) with its mixed precision, its rotary tables in bf16."""
+    """The reference transformer of ``model`` (flash attention), sharded by FSDP2 in TorchTitan's
+    units (:data:`WRAPPINGS`) with its mixed precision, its rotary tables in bf16."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     choice("wrapping", wrapping, tuple(WRAPPINGS))
@@ -89,8 +89,9 @@ def build(model: Model, seq_len: int, device: torch.device, wrapping: str = "202
     return net
 
 
-#: the loss each stack of the library takes on the output layer's bf16 logits (:mod:`.loss`): TorchTitan's
-#: ``cross_entropy(logits.float(), labels)``, eager (2024, and 2025 without torch.compile) or compiled (2025)
+#: the loss each stack of the library takes on the output layer's bf16 logits (:mod:`.loss`):
+#: TorchTitan's ``cross_entropy(logits.float(), labels)``, eager (2024, and 2025 without
+#: torch.compile) or compiled (2025)
 STACKS = {"torchtitan": loss.torchtitan, "torchtitan-2025": loss.torchtitan_compiled,
           "torchtitan-2025-eager": loss.torchtitan}
 
@@ -112,14 +113,16 @@ def _step(net, optimizer, batches, recompute: str, stack: str) -> None:
 
 
 def _bytes(tensors) -> int:
-    """Bytes of the distinct storages under ``tensors`` (FSDP2's gradients of a block are views of one)."""
+    """Bytes of the distinct storages under ``tensors`` (FSDP2's gradients of a block are views of
+    one)."""
     local = (t.to_local() if hasattr(t, "to_local") else t for t in tensors)  # a DTensor's shard
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in local}
     return sum(storages.values())
 
 
 def _everywhere(flag: bool) -> bool:
-    """Whether ``flag`` holds on every rank of the process group (so that all ranks step again together)."""
+    """Whether ``flag`` holds on every rank of the process group (so that all ranks step again
+    together)."""
     import torch.distributed as dist
 
     held = torch.tensor(int(flag))
@@ -127,16 +130,17 @@ def _everywhere(flag: bool) -> bool:
     return bool(held)
 
 
-#: steps measured at most on the CPU. Gloo's worker thread can free a collective's buffer after FSDP2
-#: lets go of it, unrecorded; such a step's record ends holding more than the gradients it leaves.
+#: steps measured at most on the CPU. Gloo's worker thread can free a collective's buffer after
+#: FSDP2 lets go of it, unrecorded; such a step's record ends holding more than the gradients it
+#: leaves.
 TRIES = 10
 
 
 def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
             stack: str = "torchtitan", device: str = "cpu", wrapping: str = "2024") -> dict:
-    """Bytes of a step after a first one: ``weights`` (the fp32 parameter shards), ``gradients`` (as the
-    step leaves them, before they are zeroed), ``optimizer`` (AdamW's two moments), ``peak`` (allocated
-    at the step's peak) and, on a GPU, ``reserved`` (the allocator's peak)."""
+    """Bytes of a step after a first one: ``weights`` (the fp32 parameter shards), ``gradients`` (as
+    the step leaves them, before they are zeroed), ``optimizer`` (AdamW's two moments), ``peak``
+    (allocated at the step's peak) and, on a GPU, ``reserved`` (the allocator's peak)."""
     choice("stack", stack, tuple(STACKS))
     dev = torch.device(device)
     torch.manual_seed(0)
@@ -185,7 +189,8 @@ def _rank(rank: int, ranks: int, port: int, outdir: str, fields: dict, kw: dict)
 
 
 def measure_ranks(model: Model, ranks: int, **kw) -> list[dict]:
-    """:func:`measure` on each of ``ranks`` CPU processes (gloo), FSDP2 sharding over all of them."""
+    """:func:`measure` on each of ``ranks`` CPU processes (gloo), FSDP2 sharding over all of
+    them."""
     import dataclasses
     import tempfile
 
@@ -199,8 +204,8 @@ def measure_ranks(model: Model, ranks: int, **kw) -> list[dict]:
 
 def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
          stack: str = "torchtitan", ranks: int = 1):
-    """The library's plan of the measured run: ZeRO-3 (FSDP2) over ``ranks``, the given TorchTitan stack,
-    bf16 (on an H100 preset: the hardware sets the verdict, not the bytes compared)."""
+    """The library's plan of the measured run: ZeRO-3 (FSDP2) over ``ranks``, the given TorchTitan
+    stack, bf16 (on an H100 preset: the hardware sets the verdict, not the bytes compared)."""
     from .. import Layout, Plan
     from ..presets import hardware
 
@@ -212,9 +217,10 @@ def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int,
 def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
             stack: str = "torchtitan", device: str = "cpu", ranks: int = 1,
             wrapping: str = "2024") -> list[tuple[str, float, float | None]]:
-    """(what, the library's bytes, the measured bytes of rank 0) for the model states, the allocated peak
-    and, on a GPU, the reserved peak against the count times the allocator's fitted reserve. The count
-    has one ZeRO-3 working set for every wrapping: two blocks' parameters and one's gradients."""
+    """(what, the library's bytes, the measured bytes of rank 0) for the model states, the allocated
+    peak and, on a GPU, the reserved peak against the count times the allocator's fitted reserve.
+    The count has one ZeRO-3 working set for every wrapping: two blocks' parameters and one's
+    gradients."""
     kw = dict(seq_len=seq_len, microbatch_size=microbatch_size, microbatches=microbatches, recompute=recompute,
               stack=stack)
     got = (measure(model, device=device, wrapping=wrapping, **kw) if ranks == 1
@@ -228,7 +234,8 @@ def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
 
 
 def main(argv=None) -> int:
-    """The command line: one step's comparison printed, and written as JSON where ``--json`` says."""
+    """The command line: one step's comparison printed, and written as JSON where ``--json``
+    says."""
     from ..cli.flags import CLIError, Parser, count_flag
 
     ap = Parser(prog="python -m analytic.reference.step_memory",

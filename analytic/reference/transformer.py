@@ -255,8 +255,8 @@ class Transformer(nn.Module):
         return out
 
     def output(self, x):
-        """The output layer: its own weight, or the embedding's where tied (called as a module, so that
-        FSDP's hooks gather its weight)."""
+        """The output layer: its own weight, or the embedding's where tied (called as a module, so
+        that FSDP's hooks gather its weight)."""
         return x @ self.embed.weight.t() if self.head is None else self.head(x)
 
 
@@ -266,7 +266,8 @@ def count_parameters(module: nn.Module) -> int:
 
 def saved_bytes(fn, module: nn.Module) -> dict:
     """Run ``fn()`` under saved-tensor hooks; bytes of distinct storages saved for backward, leaving
-    out parameters and buffers. Returns {"total": bytes, "tensors": [(shape, dtype, bytes), ...]}."""
+    out parameters and buffers. Returns {"total": bytes, "tensors": [(shape, dtype, bytes),
+    ...]}."""
     skip = {p.untyped_storage().data_ptr() for p in module.parameters()}
     skip |= {b.untyped_storage().data_ptr() for b in module.buffers()}
     seen, tensors = {}, []

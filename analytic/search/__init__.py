@@ -1,1 +1,2 @@
-"""Layout search (:mod:`.layouts`), the programs it evaluates (:mod:`.programs`) and sweeps (:mod:`.sweeps`)."""
+"""Layout search (:mod:`.layouts`), the programs it evaluates (:mod:`.programs`) and sweeps
+(:mod:`.sweeps`)."""

@@ -1,12 +1,12 @@
 """Co-design sweeps: hardware, model and layout searched together, on Dask.
 
-:func:`codesign` varies hardware fields over a grid (every combination a hardware point), runs the layout
-search (:func:`.layouts.search`) for every point and model, and keeps each one's best layouts by an
-objective. The work is one Dask task per (model, chunk of points): in-process (``scheduler="synchronous"``),
-on a local ``dask.distributed`` cluster sized to the machine (the default), or on an existing cluster
-(``scheduler="tcp://..."``), with the same result. Every point of a structure evaluates the programs of
-that structure (:mod:`analytic.plan.programs`), built once and kept in the user's cache, so a point
-costs what a warm search costs.
+:func:`codesign` varies hardware fields over a grid (every combination a hardware point), runs the
+layout search (:func:`.layouts.search`) for every point and model, and keeps each one's best layouts
+by an objective. The work is one Dask task per (model, chunk of points): in-process
+(``scheduler="synchronous"``), on a local ``dask.distributed`` cluster sized to the machine (the
+default), or on an existing cluster (``scheduler="tcp://..."``), with the same result. Every point
+of a structure evaluates the programs of that structure (:mod:`analytic.plan.programs`), built once
+and kept in the user's cache, so a point costs what a warm search costs.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from ..core.values import count, flag, quantity
 from ..presets import as_hardware, as_model
 from ..presets.hardware import FIELD_ALIASES, field_quantity
 
-#: hardware fields a formula reads, with the unit their columns are written in ("": a count); ``price``
-#: (per GPU-hour) is no hardware field: it prices the GPU-hours of each kept layout
+#: hardware fields a formula reads, with the unit their columns are written in ("": a count);
+#: ``price`` (per GPU-hour) is no hardware field: it prices the GPU-hours of each kept layout
 FIELDS = {"peak_flops": "TFLOP/s", "hbm": "GB", "hbm_bandwidth": "TB/s", "scale_up_bandwidth": "GB/s",
           "scale_out_bandwidth": "GB/s", "scale_up_domain": "", "gpus_per_node": "", "sms": "", "price": "USD/hour"}
 #: hardware points × models a sweep runs without ``force=True``
@@ -67,7 +67,8 @@ def _range(field: str, text: str) -> tuple[str, str, int, str]:
 
 
 def _size(field: str, values) -> int:
-    """How many values ``values`` describes, from its description (a range's num, a list's length)."""
+    """How many values ``values`` describes, from its description (a range's num, a list's
+    length)."""
     if isinstance(values, str):
         return _range(_field(field), values)[2]
     if is_quantity(values):
@@ -93,9 +94,10 @@ def _value(field: str, v):
 
 
 def grid(field: str, values) -> list:
-    """The values of one varied field: a list (numbers, strings with units, Quantities), a pint Quantity
-    holding an array, or text ``"start:stop:num unit"`` (``num`` evenly spaced values, both ends included).
-    Each value is checked as the hardware field reads it (a range at its two ends)."""
+    """The values of one varied field: a list (numbers, strings with units, Quantities), a pint
+    Quantity holding an array, or text ``"start:stop:num unit"`` (``num`` evenly spaced values, both
+    ends included). Each value is checked as the hardware field reads it (a range at its two
+    ends)."""
     _size(_field(field), values)
     if isinstance(values, str):
         start, stop, num, unit = _range(field, values)
@@ -112,7 +114,8 @@ def grid(field: str, values) -> list:
 
 
 def _price(value) -> float:
-    """USD per GPU-hour, from a bare number (read in USD/hour), a string with its unit or a Quantity."""
+    """USD per GPU-hour, from a bare number (read in USD/hour), a string with its unit or a
+    Quantity."""
     if value is None or isinstance(value, bool):
         raise InputError(f"vary: price: expected a rate in USD/hour, got {value!r}")
     q = quantity("price", value)
@@ -128,9 +131,9 @@ def _price(value) -> float:
 
 
 def _grids(vary, models: int = 1, force: bool = False) -> dict:
-    """field → its values (:func:`grid`), for every field of ``vary``; the number of points is counted
-    from the grids' descriptions, and more than MAX_POINTS (with ``models`` models) refused unless
-    ``force``, before any grid is built."""
+    """field → its values (:func:`grid`), for every field of ``vary``; the number of points is
+    counted from the grids' descriptions, and more than MAX_POINTS (with ``models`` models) refused
+    unless ``force``, before any grid is built."""
     if not isinstance(vary, dict) or not vary:
         raise InputError("vary: give at least one hardware field and its values, e.g. {'hbm': ['80 GB', '141 GB']}")
     n_points = math.prod(_size(_field(k), v) for k, v in vary.items())
@@ -144,8 +147,8 @@ def _grids(vary, models: int = 1, force: bool = False) -> dict:
 
 
 def points(hardware, vary: dict, dtype: str = "bf16", force: bool = False) -> list[tuple[dict, object]]:
-    """Every combination of the grids of ``vary``: (the point's values in the columns' units, its Hardware);
-    more than MAX_POINTS only where ``force``."""
+    """Every combination of the grids of ``vary``: (the point's values in the columns' units, its
+    Hardware); more than MAX_POINTS only where ``force``."""
     grids = _grids(vary, force=force)
     out = []
     for combo in itertools.product(*grids.values()):
@@ -168,7 +171,8 @@ def points(hardware, vary: dict, dtype: str = "bf16", force: bool = False) -> li
 
 
 def _chunk(model, hardware_points, gpus, seq_len, global_batch, objective, keep, search_kw) -> tuple[list, int]:
-    """One task: the kept layouts of ``model`` at each (index, values, Hardware) point; rows, layouts evaluated."""
+    """One task: the kept layouts of ``model`` at each (index, values, Hardware) point; rows,
+    layouts evaluated."""
     from .layouts import ranking, search
     at_limit = search_kw.get("at_limit", False)
     rows, evaluated = [], 0
@@ -193,8 +197,8 @@ def _chunk(model, hardware_points, gpus, seq_len, global_batch, objective, keep,
 
 
 def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
-    """Build (or read from the cache) the programs of each model's search structures, before the tasks:
-    here, and in each worker (``Client.run``) so that no task waits on them."""
+    """Build (or read from the cache) the programs of each model's search structures, before the
+    tasks: here, and in each worker (``Client.run``) so that no task waits on them."""
     from .programs import COUNTED, structure_programs
     if search_kw.get("pipeline_layout") or search_kw.get("layout_options"):  # each search builds its own program
         return
@@ -204,8 +208,8 @@ def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
             counted={k: search_kw[k] for k in COUNTED if k in search_kw})
 
 
-#: seconds of work a task is sized to (Dask's cost per task, milliseconds, under 1 % of it), where the points
-#: allow as many tasks as workers
+#: seconds of work a task is sized to (Dask's cost per task, milliseconds, under 1 % of it), where
+#: the points allow as many tasks as workers
 TASK_SECONDS = 0.5
 
 
@@ -284,7 +288,8 @@ _ADDRESS = re.compile(r"(?:(tcp|tls)://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{
 
 
 def _is_client(x) -> bool:
-    """Whether ``x`` is a ``distributed`` Client (False without importing distributed where it is not)."""
+    """Whether ``x`` is a ``distributed`` Client (False without importing distributed where it is
+    not)."""
     distributed = sys.modules.get("distributed")
     return distributed is not None and isinstance(x, distributed.Client)
 
@@ -310,9 +315,10 @@ def scheduler_of(scheduler):
 
 def _answers(address: str) -> bool:
     """Whether what listens at ``tcp://host:port`` speaks first as a Dask server does: within
-    SCHEDULER_TIMEOUT seconds of the connection, unprompted, a message whose 8-byte little-endian length
-    (distributed.comm.tcp's framing) is that of a handshake. An HTTP or other server that waits for a
-    request says nothing (Dask's client would wait on it, or read its reply as a length of exabytes)."""
+    SCHEDULER_TIMEOUT seconds of the connection, unprompted, a message whose 8-byte little-endian
+    length (distributed.comm.tcp's framing) is that of a handshake. An HTTP or other server that
+    waits for a request says nothing (Dask's client would wait on it, or read its reply as a length
+    of exabytes)."""
     import socket
     import struct
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
@@ -328,8 +334,9 @@ def _answers(address: str) -> bool:
 @contextlib.contextmanager
 def _client(scheduler):
     """A ``distributed`` Client on the scheduler at its address, or on a local cluster sized to this
-    machine (None); the caller's Client as it is; None for ``"synchronous"``. A scheduler that does not answer within
-    SCHEDULER_TIMEOUT seconds, or answers as no Dask scheduler does, is one InputError."""
+    machine (None); the caller's Client as it is; None for ``"synchronous"``. A scheduler that does
+    not answer within SCHEDULER_TIMEOUT seconds, or answers as no Dask scheduler does, is one
+    InputError."""
     if scheduler == "synchronous":
         yield None
         return
@@ -397,21 +404,21 @@ def _gathered(client, futures: list, send) -> tuple:
 def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch=None, vary: dict,
              objective: str = "step_time", keep: int = 1, scheduler=None, chunk: int | None = None,
              out=None, force: bool = False, **search_kw):
-    """The best ``keep`` layouts of each model at every hardware point of ``vary``'s grids, as a pandas
-    DataFrame: one row a (point, model, kept layout), each varied field's value, the layout, its step
-    time, MFU, memory, verdict and GPU-hours per million tokens (and USD per million tokens where
-    ``price`` is varied); each column's unit is in its name and in ``attrs["units"]``, the stack every
-    layout is counted with in ``attrs["stack"]``. A point where no layout fits keeps one row without a
-    layout.
+    """The best ``keep`` layouts of each model at every hardware point of ``vary``'s grids, as a
+    pandas DataFrame: one row a (point, model, kept layout), each varied field's value, the layout,
+    its step time, MFU, memory, verdict and GPU-hours per million tokens (and USD per million tokens
+    where ``price`` is varied); each column's unit is in its name and in ``attrs["units"]``, the
+    stack every layout is counted with in ``attrs["stack"]``. A point where no layout fits keeps one
+    row without a layout.
 
-    ``models``: preset names, config.json paths or Models (one or a list); ``hardware``: one preset or
-    Hardware, the base every point changes. ``vary``: field → values (see :data:`FIELDS`, :func:`grid`).
-    ``objective``: step_time, cost (GPU-hours per token), mfu or headroom (the least memory). ``scheduler``:
-    None for a local ``dask.distributed`` cluster sized to this machine, ``"synchronous"`` to run in this
-    process, a ``distributed`` Client (left open), or a scheduler's address. ``chunk``: points a task
-    (default: in process, one task a model; on Dask, tasks of about TASK_SECONDS of work by the
-    measured cost of a point, a multiple of the workers).
-    ``out``: a Parquet file, written only once the sweep is complete. Other keywords are search's."""
+    ``models``: preset names, config.json paths or Models (one or a list); ``hardware``: one preset
+    or Hardware, the base every point changes. ``vary``: field → values (see :data:`FIELDS`,
+    :func:`grid`). ``objective``: step_time, cost (GPU-hours per token), mfu or headroom (the least
+    memory). ``scheduler``: None for a local ``dask.distributed`` cluster sized to this machine,
+    ``"synchronous"`` to run in this process, a ``distributed`` Client (left open), or a scheduler's
+    address. ``chunk``: points a task (default: in process, one task a model; on Dask, tasks of
+    about TASK_SECONDS of work by the measured cost of a point, a multiple of the workers). ``out``:
+    a Parquet file, written only once the sweep is complete. Other keywords are search's."""
     from ..core.values import choice
     from .layouts import search_batch
     objective = choice("objective", objective, CODESIGN_OBJECTIVES)
@@ -455,8 +462,8 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
 
 
 def _frame(results: list, varied: list[str], **attrs):
-    """The sweep's DataFrame from the tasks' ``results`` (rows, layouts evaluated), the ``varied`` fields'
-    columns first, units in the column names and ``attrs``."""
+    """The sweep's DataFrame from the tasks' ``results`` (rows, layouts evaluated), the ``varied``
+    fields' columns first, units in the column names and ``attrs``."""
     import pandas as pd
 
     from .sweeps import frame_with_units
@@ -491,8 +498,8 @@ def _parquet_path(out) -> None:
 
 
 def write_parquet(frame, out) -> None:
-    """``frame`` as Parquet at exactly ``out``, written whole or not at all (a file created beside it, then
-    renamed over it)."""
+    """``frame`` as Parquet at exactly ``out``, written whole or not at all (a file created beside
+    it, then renamed over it)."""
     from ..core.errors import install_hint
     from ..core.files import write_text
     _parquet_path(out)

@@ -6,11 +6,12 @@ left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are evalu
 arrays (:mod:`analytic.search.programs`: the module shipped compiled for the plan's structure, or a
 program compiled once and cached as data).
 
-Sequence parallelism is on whenever tp > 1 (``plan.sequence_parallel_default``). Async TP is a property of
-the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
-So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies to every layout,
-how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO-3 layout, and the stack
-whose allocations and kernels every layout is counted with: ``search(..., stack="torchtitan")``.
+Sequence parallelism is on whenever tp > 1 (``plan.sequence_parallel_default``). Async TP is a
+property of the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on
+wherever tp > 1. So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies
+to every layout, how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO-3
+layout, and the stack whose allocations and kernels every layout is counted with: ``search(...,
+stack="torchtitan")``.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class Ranked:
         return self.layout.gpus
 
     def plan(self, model, hardware, **kw) -> Plan:
-        """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
+        """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on
+        another)."""
         given = {k: v for k, v in {**self.options, "fp8_recipe": self.fp8_recipe}.items() if v is not None}
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size,
                     **{"stack": self.stack, **given, **kw})
@@ -130,8 +132,9 @@ class _Ranking(Sequence):
 
 
 def _row(a: dict, j: int, stack: dict) -> Ranked:
-    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather,
-    the interval's ratios of measured/predicted step time or None, and the stack's name)."""
+    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms,
+    zero3_gather, the interval's ratios of measured/predicted step time or None, and the stack's
+    name)."""
     d = {k: int(a[k][j]) for k in INPUTS}
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
                     sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
@@ -151,7 +154,8 @@ class SearchResult:
     fitting: int  # how many are ranked
     seconds: float
     arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns: INPUTS
-    # (recompute and schedule by index), gpus, memory (bytes), step_time (s), cost (GPU-s/token), mfu, fits
+    # (recompute and schedule by index), gpus, memory (bytes), step_time (s), cost (GPU-s/token),
+    # mfu, fits
     objective: str = "step_time"  # what ranked orders by (choices.OBJECTIVES)
     compiled: bool = False  # whether this search built its expressions (False: from the cache)
     async_tp: bool = False
@@ -186,9 +190,9 @@ class SearchResult:
         return self.ranked[0]
 
     def frame(self):
-        """The ranked layouts as a pandas DataFrame, best first, one row a layout: its degrees and choices,
-        step time, MFU, memory, GPU-hours per million tokens and verdict, each column's unit in its name and
-        in ``attrs["units"]`` (as sweeps and co-design give theirs)."""
+        """The ranked layouts as a pandas DataFrame, best first, one row a layout: its degrees and
+        choices, step time, MFU, memory, GPU-hours per million tokens and verdict, each column's
+        unit in its name and in ``attrs["units"]`` (as sweeps and co-design give theirs)."""
         from .sweeps import frame_with_units
         rows = list(self.ranked)
         lay = [r.layout for r in rows]
@@ -202,8 +206,8 @@ class SearchResult:
                                 stack=self.stack, objective=self.objective, evaluated=self.evaluated)
 
     def closest(self) -> Ranked | None:
-        """The evaluated layout that comes nearest to fitting: of those with the best verdict, the least
-        memory counted (None when no layout was evaluated)."""
+        """The evaluated layout that comes nearest to fitting: of those with the best verdict, the
+        least memory counted (None when no layout was evaluated)."""
         if not len(self.arrays.get("memory", ())):
             return None
         return self.row(int(np.lexsort((self.arrays["memory"], self.arrays["verdict"]))[0]))
@@ -217,13 +221,13 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     schedule as their index in RECOMPUTE and SCHEDULES).
 
     Constraints: degrees multiply to ``gpus``; TP divides the heads and divides or is divided by the
-    KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and tp·cp
-    consecutive ranks tile the scale-up domains (plan.tiles); the sequence is a multiple of
+    KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and
+    tp·cp consecutive ranks tile the scale-up domains (plan.tiles); the sequence is a multiple of
     plan.sequence_unit (CP's two chunks a rank, SP's split of them over TP); ``pins`` (axis →
     degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤ layers; EP divides
-    cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts; microbatches per
-    replica ≥ 1 and a multiple of pp for the interleaved schedule, even for DualPipe (with pp even); with
-    pp = 1 only 1F1B is listed."""
+    cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts; microbatches
+    per replica ≥ 1 and a multiple of pp for the interleaved schedule, even for DualPipe (with pp
+    even); with pp = 1 only 1F1B is listed."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
@@ -269,15 +273,17 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     return {k: np.ascontiguousarray(table[:, columns.index(k)]) for k in INPUTS}
 
 
-#: layouts evaluated per numpy call: temporaries of 64 KiB, which malloc keeps on its heap (of blocks of 2K to
-#: 1M layouts the fastest measured, and the least slowed where Dask's workers trim freed memory)
+#: layouts evaluated per numpy call: temporaries of 64 KiB, which malloc keeps on its heap (of
+#: blocks of 2K to 1M layouts the fastest measured, and the least slowed where Dask's workers trim
+#: freed memory)
 CHUNK = 1 << 13
 
 
 def ranking(arrays: dict, objective: str, at_limit: bool = False) -> tuple[np.ndarray, int]:
-    """Every layout's index, those ranked first, best first by ``objective`` (``choices.CODESIGN_OBJECTIVES``:
-    step time, cost, MFU, or the least memory), ties by step time, then as evaluated; and how many are
-    ranked: those that fit at their predicted peak (``at_limit``: or at the allocator's limit)."""
+    """Every layout's index, those ranked first, best first by ``objective``
+    (``choices.CODESIGN_OBJECTIVES``: step time, cost, MFU, or the least memory), ties by step time,
+    then as evaluated; and how many are ranked: those that fit at their predicted peak
+    (``at_limit``: or at the allocator's limit)."""
     ranked = arrays["verdict"] <= (1 if at_limit else 0)
     key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"],
            "headroom": arrays["memory"]}[objective]
@@ -285,8 +291,8 @@ def ranking(arrays: dict, objective: str, at_limit: bool = False) -> tuple[np.nd
 
 
 def search_batch(seq_len: int, batch_tokens=None, global_batch=None) -> tuple[int, list[str]]:
-    """The global batch in sequences from exactly one of ``global_batch`` or ``batch_tokens``, and the
-    notes on how a batch in tokens was read (``'16M'`` at 8,192 tokens: as 16Mi)."""
+    """The global batch in sequences from exactly one of ``global_batch`` or ``batch_tokens``, and
+    the notes on how a batch in tokens was read (``'16M'`` at 8,192 tokens: as 16Mi)."""
     if (global_batch is None) == (batch_tokens is None):
         raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
     notes = []
@@ -407,7 +413,8 @@ def _numeric(model: Model) -> Model:
 
 
 def _subset(name: str, values, allowed: tuple) -> tuple:
-    """``values`` as a tuple of distinct choices of ``allowed``, refused naming ``name`` otherwise."""
+    """``values`` as a tuple of distinct choices of ``allowed``, refused naming ``name``
+    otherwise."""
     values = distinct(name, values)
     if any(isinstance(v, bool) or v not in allowed for v in values):
         raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
@@ -415,8 +422,8 @@ def _subset(name: str, values, allowed: tuple) -> tuple:
 
 
 def _pins(stack: str, props: dict, **degrees) -> dict:
-    """The degrees pinned (those not None), refused where the stack does not run one (CP > 1 on a stack
-    without context parallelism)."""
+    """The degrees pinned (those not None), refused where the stack does not run one (CP > 1 on a
+    stack without context parallelism)."""
     pins = {k: count(k, v, allow_symbol=False) for k, v in degrees.items() if v is not None}
     if props.get("context_parallel") is False and pins.get("cp", 1) > 1:
         raise InputError(stack_refusal(stack, props, cp=pins["cp"]))
@@ -501,8 +508,9 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
 
 
 def _stack_runs(stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules) -> tuple:
-    """The ZeRO stages, recomputations and schedules ``stack`` runs, of those asked for: what it does not run
-    is dropped from the defaults, and refused (one line, as Plan refuses it) where asked for by name."""
+    """The ZeRO stages, recomputations and schedules ``stack`` runs, of those asked for: what it
+    does not run is dropped from the defaults, and refused (one line, as Plan refuses it) where
+    asked for by name."""
     whole = stack_refusal(stack, props, dtype=dtype, hardware=hardware)
     if whole:
         raise InputError(whole)
@@ -525,12 +533,13 @@ def _stack_runs(stack, props, model, hardware, dtype, flash_attention, zero, rec
 
 
 def _layouts(model, hardware, props, counts, *, zero, explicit=False, **options) -> dict:
-    """The layouts of each GPU count as arrays (``INPUTS`` and ``gpus``), less those that are another's
-    twin or that the stack does not run."""
+    """The layouts of each GPU count as arrays (``INPUTS`` and ``gpus``), less those that are
+    another's twin or that the stack does not run."""
     parts = [enumerate_layouts(model, hardware, gpus=g, zero=zero, **options) for g in counts]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
-    # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked for is
-    # kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered one at a time)
+    # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked
+    # for is kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered
+    # one at a time)
     keep = ~((arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero)))
     if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
@@ -544,9 +553,9 @@ def _layouts(model, hardware, props, counts, *, zero, explicit=False, **options)
 
 def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp,
                comm_sms, zero3_gather, stack, counted=None) -> tuple[dict, bool]:
-    """Memory, step time and FLOPs of every layout from the structure's programs (layouts with tp > 1 run
-    sequence parallelism, those with tp = 1 none, as Plan has them: one program each); and whether a
-    program was built."""
+    """Memory, step time and FLOPs of every layout from the structure's programs (layouts with tp >
+    1 run sequence parallelism, those with tp = 1 none, as Plan has them: one program each); and
+    whether a program was built."""
     n = len(arrays["tp"])
     out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
     built = False

@@ -2,7 +2,8 @@
 
 Each sweep leaves that input free in the plan's expressions and evaluates the compiled expression
 over all the values at once (one code path with Plan and search). :func:`sweep` answers as a pandas
-DataFrame, one row a value, each column's unit in its name (``step_time [s]``) and in ``attrs["units"]``."""
+DataFrame, one row a value, each column's unit in its name (``step_time [s]``) and in
+``attrs["units"]``."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def _counts(name: str, values) -> list[int]:
 
 
 def frame_with_units(columns: dict, units: dict, **attrs):
-    """A DataFrame of ``columns`` (name → values), each with a unit named (``name [unit]``; "" for a number
-    without one), the units also in ``attrs["units"]``."""
+    """A DataFrame of ``columns`` (name → values), each with a unit named (``name [unit]``; "" for a
+    number without one), the units also in ``attrs["units"]``."""
     import pandas as pd
     frame = pd.DataFrame({f"{k} [{units[k]}]" if units.get(k) else k: v for k, v in columns.items()})
     frame.attrs.update(units={k: units.get(k, "") for k in columns}, **attrs)
@@ -33,9 +34,10 @@ def frame_with_units(columns: dict, units: dict, **attrs):
 
 def scaling(plan: Plan, gpus, *, mode: str = "strong"):
     """Step time and MFU against the GPU count, scaling dp (tp, cp, pp fixed). ``strong``: the
-    global batch stays; ``weak``: it grows with dp (the batch per replica stays). A count at which the
-    plan cannot exist (its batch does not split over the replicas, ep does not divide dp) is a row with
-    no step time and the reason in ``note``; ``attrs["expression"]`` is the step time in N_d."""
+    global batch stays; ``weak``: it grows with dp (the batch per replica stays). A count at which
+    the plan cannot exist (its batch does not split over the replicas, ep does not divide dp) is a
+    row with no step time and the reason in ``note``; ``attrs["expression"]`` is the step time in
+    N_d."""
     if mode not in ("strong", "weak"):
         raise InputError(f"mode: expected 'strong' or 'weak', got {mode!r}")
     lay = plan.layout
@@ -68,7 +70,8 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong"):
 
 
 def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None):
-    """The memory breakdown (GB per GPU, of the fullest stage) for each value of one discrete or numeric input."""
+    """The memory breakdown (GB per GPU, of the fullest stage) for each value of one discrete or
+    numeric input."""
     given = [(k, v) for k, v in (("zero", zero), ("recompute", recompute), ("seq_len", seq_len)) if v is not None]
     if len(given) != 1:
         raise InputError("memory sweep: give exactly one of zero=, recompute=, seq_len=")
@@ -102,8 +105,8 @@ def bubble(pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", 
 
 
 def sweep(plan: Plan, *, gpus=None, mode: str = "strong", zero=None, recompute=None, seq_len=None):
-    """``sweep(plan, gpus=[...])`` (scaling), or ``zero=``, ``recompute=``, ``seq_len=`` (memory): a pandas
-    DataFrame, a row a value, each column's unit in its name and in ``attrs["units"]``."""
+    """``sweep(plan, gpus=[...])`` (scaling), or ``zero=``, ``recompute=``, ``seq_len=`` (memory): a
+    pandas DataFrame, a row a value, each column's unit in its name and in ``attrs["units"]``."""
     if gpus is not None:
         if any(v is not None for v in (zero, recompute, seq_len)):
             raise InputError("sweep: give one of gpus=, zero=, recompute=, seq_len= (one input at a time)")
