@@ -30,11 +30,29 @@ from .core.errors import (
 __version__ = "0.1.0"
 
 #: public name → the module that defines it, imported when the name is first used
-_LAZY = {"Formula": "core.formula", "formula": "formulas", "formulas": "formulas", "Hardware": "presets.hardware",
-         "Model": "presets.model", "Layout": "plan", "Memory": "plan", "Plan": "plan", "hardware": "presets",
-         "hardwares": "presets", "model": "presets", "models": "presets", "stack": "presets", "stacks": "presets",
-         "search": "search.layouts", "sweep": "search.sweeps", "codesign": "search.codesign", "sym": "core.symbols", "Q_": "core.units",
-         "ureg": "core.units", "use_registry": "core.registry"}
+_LAZY = {
+    "Formula": "core.formula",
+    "formula": "formulas",
+    "formulas": "formulas",
+    "Hardware": "presets.hardware",
+    "Model": "presets.model",
+    "Layout": "plan",
+    "Memory": "plan",
+    "Plan": "plan",
+    "hardware": "presets",
+    "hardwares": "presets",
+    "model": "presets",
+    "models": "presets",
+    "stack": "presets",
+    "stacks": "presets",
+    "search": "search.layouts",
+    "sweep": "search.sweeps",
+    "codesign": "search.codesign",
+    "sym": "core.symbols",
+    "Q_": "core.units",
+    "ureg": "core.units",
+    "use_registry": "core.registry",
+}
 
 #: public names read anew at each use (the registry in use can change: ``an.use_registry``)
 _CURRENT = {"ureg", "Q_"}
@@ -43,10 +61,36 @@ _CURRENT = {"ureg", "Q_"}
 #: ``an.symbols``
 _MODULES = {"errors": "core.errors", "symbols": "core.symbols"}
 
-__all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
-           "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "codesign", "formula", "formulas",
-           "hardware", "hardwares", "model", "models", "search", "stack", "stacks", "sweep", "sym", "ureg",
-           "use_registry"]
+__all__ = [
+    "AnalyticError",
+    "Formula",
+    "FreeSymbolError",
+    "Hardware",
+    "InputError",
+    "Layout",
+    "LayoutError",
+    "Memory",
+    "Model",
+    "Plan",
+    "PresetError",
+    "Q_",
+    "UnitError",
+    "UnknownNameError",
+    "codesign",
+    "formula",
+    "formulas",
+    "hardware",
+    "hardwares",
+    "model",
+    "models",
+    "search",
+    "stack",
+    "stacks",
+    "sweep",
+    "sym",
+    "ureg",
+    "use_registry",
+]
 
 
 class _Package(types.ModuleType):

@@ -117,9 +117,8 @@ def _layouts(draw, gpus, model, max_tp, schedules, scale_up_domain):
         reject()  # no schedule asked for runs on this many stages
     schedule = draw(st.sampled_from(allowed))
     vpp = 1
-    if (
-        schedule == "interleaved"
-    ):  # whole layers a model chunk, as Megatron's stacks (the default) split them
+    # whole layers a model chunk, as Megatron's stacks (the default) split them
+    if schedule == "interleaved":
         vpps = [v for v in range(2, 5) if model is None or model.layers % (pp * v) == 0]
         if vpps:
             vpp = draw(st.sampled_from(vpps))
@@ -242,8 +241,9 @@ def collective_calls(
             "message": st.floats(min_bytes, max_bytes).map(lambda x: Q(x, "byte")),
             "ranks": st.integers(min_ranks, max_ranks),
             "bandwidth": st.floats(1e8, 1e13).map(lambda x: Q(x, "byte/s")),
+            # no sub-femtosecond ones
             "latency": (
                 st.floats(0, 1e-3).map(lambda x: Q(x if x >= 1e-15 else 0.0, "s"))
-            ),  # no sub-femtosecond ones
+            ),
         }
     )

@@ -11,4 +11,6 @@ from pathlib import Path
 def essay() -> dict:
     """essay.toml: its ``config`` (the plan the text describes) and ``text`` (the figures it
     states)."""
-    return tomllib.loads((Path(__file__).parent.parent / "presets" / "essay.toml").read_text(encoding="utf-8"))
+    return tomllib.loads(
+        (Path(__file__).parent.parent / "presets" / "essay.toml").read_text(encoding="utf-8")
+    )

@@ -9,11 +9,34 @@ from ..core.units import Q
 
 #: the flags that choose a layout; a plan of a model given without any of them may be one search
 #: chooses
-LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "recompute", "schedule", "sequence_parallel",
-                "microbatch_size", "recompute_layers", "recompute_modules", "first_stage_layers",
-                "last_stage_layers", "ends_as_layers", "offload_activations", "offload_optimizer", "pipeline_layout")
+LAYOUT_FLAGS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "zero",
+    "recompute",
+    "schedule",
+    "sequence_parallel",
+    "microbatch_size",
+    "recompute_layers",
+    "recompute_modules",
+    "first_stage_layers",
+    "last_stage_layers",
+    "ends_as_layers",
+    "offload_activations",
+    "offload_optimizer",
+    "pipeline_layout",
+)
 #: the hardware overrides a plan may hold, with the unit its inputs hold them in
-_HARDWARE = {"hbm": "byte", "scale_up_bandwidth": "byte/s", "scale_out_bandwidth": "byte/s", "scale_up_domain": ""}
+_HARDWARE = {
+    "hbm": "byte",
+    "scale_up_bandwidth": "byte/s",
+    "scale_out_bandwidth": "byte/s",
+    "scale_up_domain": "",
+}
 
 
 def layout_given(args) -> bool:
@@ -26,25 +49,46 @@ def search_like(plan, top: int = 3):
     capacity and routing imbalance, ranked by step time: the layouts that fit at their predicted
     peak."""
     from ..search.layouts import search
-    over = {k: (Q(float(plan.overrides[k]), u) if u else int(plan.overrides[k]))
-            for k, u in _HARDWARE.items() if k in plan.overrides}
+
+    over = {
+        k: Q(float(plan.overrides[k]), u) if u else int(plan.overrides[k])
+        for k, u in _HARDWARE.items()
+        if k in plan.overrides
+    }
     hw = plan.hardware.replace(**over) if over else plan.hardware
-    outside = {"outside_bytes": Q(float(plan.overrides["outside_bytes"]), "byte")} \
-        if "outside_bytes" in plan.overrides else {}
+    outside = (
+        {"outside_bytes": Q(float(plan.overrides["outside_bytes"]), "byte")}
+        if "outside_bytes" in plan.overrides
+        else {}
+    )
     routed = {k: plan.overrides[k] for k in ("routing_imbalance",) if k in plan.overrides}
     if plan.expert_capacity is not None:
         routed |= {"expert_capacity": plan.expert_capacity, "pad_to_capacity": plan.pad_to_capacity}
-    return search(plan.model, hw, gpus=int(plan.gpus), seq_len=int(plan.seq_len),
-                  global_batch=int(plan.global_batch), dtype=plan.dtype, stack=plan.stack, top=top,
-                  progress=False, **outside, **routed)
+    return search(
+        plan.model,
+        hw,
+        gpus=int(plan.gpus),
+        seq_len=int(plan.seq_len),
+        global_batch=int(plan.global_batch),
+        dtype=plan.dtype,
+        stack=plan.stack,
+        top=top,
+        progress=False,
+        **outside,
+        **routed,
+    )
 
 
 def layout_text(lay, microbatch_size) -> str:
     """A layout in one line: its degrees, ZeRO stage, recomputation, schedule and microbatch
     size."""
-    return (f"TP {lay.tp} CP {lay.cp} PP {lay.pp} DP {lay.dp}" + (f" EP {lay.ep}" if lay.ep > 1 else "")
-            + (f" VPP {lay.vpp}" if lay.vpp > 1 else "") + f" ZeRO-{lay.zero}, recompute {lay.recompute}, "
-            f"{lay.schedule}, microbatches of {microbatch_size}")
+    return (
+        f"TP {lay.tp} CP {lay.cp} PP {lay.pp} DP {lay.dp}"
+        + (f" EP {lay.ep}" if lay.ep > 1 else "")
+        + (f" VPP {lay.vpp}" if lay.vpp > 1 else "")
+        + f" ZeRO-{lay.zero}, recompute {lay.recompute}, "
+        f"{lay.schedule}, microbatches of {microbatch_size}"
+    )
 
 
 def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
@@ -53,6 +97,7 @@ def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
     closest; without ``layouts`` the search command that lists them, and where search cannot count
     the hardware, why); ([], {}) for a plan that fits."""
     from ..core.errors import AnalyticError
+
     verdict = plan.memory_verdict()
     if verdict == MEMORY_VERDICTS[0]:
         return [], {}
@@ -61,8 +106,10 @@ def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
     lines = [f"{said}: {mem.total.to('GB'):.4g~P} counted per GPU of {mem.hbm.to('GB'):.4g~P} HBM"]
     data = {"verdict": verdict}
     if not layouts:
-        ask = (f"analytic search --model {plan.model.name} --hardware {plan.hardware.key} --gpus {int(plan.gpus)} "
-               f"--seq {int(plan.seq_len)} --global-batch {int(plan.global_batch)}")
+        ask = (
+            f"analytic search --model {plan.model.name} --hardware {plan.hardware.key} --gpus"
+            f" {int(plan.gpus)} --seq {int(plan.seq_len)} --global-batch {int(plan.global_batch)}"
+        )
         return lines + [f"the layouts of these GPUs that fit: {ask}"], data
     try:
         res = search_like(plan)
@@ -70,11 +117,18 @@ def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
         return lines + [f"(search cannot list the layouts that fit: {exc})"], data
     data["fitting_layouts"] = [r.as_dict() for r in res.ranked]
     if res.ranked:
-        lines.append(f"layouts of these {int(plan.gpus):,} GPUs that fit (analytic search, fastest first):")
-        lines += [f"  {layout_text(r.layout, r.microbatch_size)}: step {r.step_time:.3g} s, "
-                  f"{r.memory / 1e9:.4g} GB" for r in res.ranked]
+        lines.append(
+            f"layouts of these {int(plan.gpus):,} GPUs that fit (analytic search, fastest first):"
+        )
+        lines += [
+            f"  {layout_text(r.layout, r.microbatch_size)}: step {r.step_time:.3g} s, "
+            f"{r.memory / 1e9:.4g} GB"
+            for r in res.ranked
+        ]
         return lines, data
-    closest = closest_line(res, lambda r: plan.replace(layout=r.layout, microbatch_size=r.microbatch_size))
+    closest = closest_line(
+        res, lambda r: plan.replace(layout=r.layout, microbatch_size=r.microbatch_size)
+    )
     if closest:
         lines.append(closest[0])
         data["closest"] = closest[1]
@@ -90,15 +144,21 @@ def closest_line(res, plan_of) -> tuple[str, dict] | None:
         return None
     need = _device_peak(plan_of(near)).to("GB").magnitude
     gpus = int(near.layout.gpus)
-    return (f"no layout of {gpus:,} GPUs fits; the closest, {layout_text(near.layout, near.microbatch_size)}, "
-            f"counts {near.memory / 1e9:.4g} GB ({near.verdict}): it fits on more GPUs, or with --hbm "
-            f"'{need:.4g} GB'", {**near.as_dict(), "needs_hbm_GB": float(need)})
+    return (
+        (
+            f"no layout of {gpus:,} GPUs fits; the closest,"
+            f" {layout_text(near.layout, near.microbatch_size)}, counts {near.memory / 1e9:.4g} GB"
+            f" ({near.verdict}): it fits on more GPUs, or with --hbm '{need:.4g} GB'"
+        ),
+        {**near.as_dict(), "needs_hbm_GB": float(need)},
+    )
 
 
 def _device_peak(plan):
     """The memory a plan's process peaks at: the allocator's predicted peak and what lies outside it
     (the count and the least measured outside it where the allocator has no fitted reserve)."""
     from ..core.errors import PresetError
+
     try:
         return plan.memory_peak() + plan.memory_outside()
     except PresetError:

@@ -135,9 +135,10 @@ def scaling(model, hardware, *, gpus, seq_len, global_batch, out=None, **search_
     ax2 = ax.twinx()
     mfus = [b.mfu for _, b in ok]
     (mfu_line,) = ax2.plot(xs, mfus, "s--", color="tab:orange", label="MFU (6·N·D)")
+    # from zero: a wobble of two points stays one
     ax2.set_ylim(
         0, min(1.0, max(0.6, 1.2 * max(mfus)))
-    )  # from zero: a wobble of two points stays one
+    )
     ax2.set_ylabel("MFU")
     for g, b in ok:
         ax.annotate(

@@ -49,7 +49,8 @@ def read_json(path: Path, limit: int = MAX_BYTES):
     bytes, not UTF-8 or not JSON."""
     try:
         return json.loads(read_text(path, limit, follow=False))
-    except (OSError, ValueError, RecursionError):  # FileError is an OSError; JSONDecodeError a ValueError
+    except (OSError, ValueError, RecursionError):
+        # FileError is an OSError; JSONDecodeError a ValueError
         return None
 
 

@@ -41,7 +41,11 @@ FP8_WEIGHT_CACHES = ("transformer-engine",)
 CP_ATTENTIONS = ("pytorch-allgather",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
-CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}
+CHOICES = {
+    "zero": tuple(str(z) for z in ZERO_STAGES),
+    "recompute": RECOMPUTE,
+    "schedule": SCHEDULES,
+}
 CONVENTIONS = ("6nd", "palm", "megatron", "megatron-core")
 #: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam
 #: state (ZeRO §3.1); the low-precision ones run the linear layers' matmuls in their format and the

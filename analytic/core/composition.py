@@ -20,10 +20,23 @@ def composed(name: str, expr, unit, *parts) -> Formula:
     parts = [p for p in parts if isinstance(p, Formula)]
     if held._data(expr) and all(held.holds_data(p) for p in parts):
         domain = tuple(dict.fromkeys(d for p in parts for d in p.raw_domain))
-        return held.made(parts[0], name, expr, as_unit(unit), coefficient_unit=DIMENSIONLESS, domain=domain,
-                         **held.sources(*parts)) if parts else Formula(name, expr, unit, "")
+        return (
+            held.made(
+                parts[0],
+                name,
+                expr,
+                as_unit(unit),
+                coefficient_unit=DIMENSIONLESS,
+                domain=domain,
+                **held.sources(*parts),
+            )
+            if parts
+            else Formula(name, expr, unit, "")
+        )
     domain = tuple(dict.fromkeys(d for p in parts for d in p.domain))
-    return Formula(name, expr, unit, "", domain=domain, **merged_sources(*(source_map(p) for p in parts)))
+    return Formula(
+        name, expr, unit, "", domain=domain, **merged_sources(*(source_map(p) for p in parts))
+    )
 
 
 def cases(name: str, unit, *pieces) -> Formula:
@@ -38,12 +51,21 @@ def cases(name: str, unit, *pieces) -> Formula:
         return _term_cases(name, as_unit(unit), pieces)
     exprs, reachable, earlier = [], [], []
     for f, cond in pieces:
-        exprs.append((magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond))
+        exprs.append(
+            (
+                magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f),
+                cond,
+            )
+        )
         if cond is not False and cond != sympy.false:
             taken = sympy.And(cond, *(sympy.Not(c) for c in earlier))
-            if isinstance(f, Formula) and taken != sympy.true:  # a piece's domain and sources only where it is taken
-                f = replace(f, domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain),
-                            **merged_sources({s: sympy.And(taken, c) for s, c in source_map(f).items()}))
+            # a piece's domain and sources only where it is taken
+            if isinstance(f, Formula) and taken != sympy.true:
+                f = replace(
+                    f,
+                    domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain),
+                    **merged_sources({s: sympy.And(taken, c) for s, c in source_map(f).items()}),
+                )
             reachable.append(f)
         if cond is True or cond == sympy.true:
             break
@@ -73,12 +95,22 @@ def _term_cases(name: str, unit, pieces) -> Formula:
         exprs.append((held.in_unit(name, f, unit) if isinstance(f, Formula) else f, cond))
         taken = _all(cond, *(Term("not", (c,)) for c in earlier))
         if isinstance(f, Formula) and taken is not True:
-            domain = tuple((Term("or", (Term("not", (taken,)), d)) if d is not True else True, *rest)
-                           for d, *rest in f.raw_domain)
-            where = merged_sources({s: _all(taken, c) for s, c in source_map(f, data=True).items()},
-                                   data=True)
-            f = held.made(f, f.name, f.term, f.unit, coefficient_unit=f.coefficient_unit, domain=domain,
-                          **where)
+            domain = tuple(
+                (Term("or", (Term("not", (taken,)), d)) if d is not True else True, *rest)
+                for d, *rest in f.raw_domain
+            )
+            where = merged_sources(
+                {s: _all(taken, c) for s, c in source_map(f, data=True).items()}, data=True
+            )
+            f = held.made(
+                f,
+                f.name,
+                f.term,
+                f.unit,
+                coefficient_unit=f.coefficient_unit,
+                domain=domain,
+                **where,
+            )
         reachable.append(f)
         if cond is True:
             break
@@ -105,6 +137,13 @@ def _as(name: str, unit, taken) -> Formula:
     unit = as_unit(unit)
     if not isinstance(taken, Formula):
         return Formula(name, taken, unit, "")
-    return held.made(taken, name, held.in_unit(name, taken, unit), unit, coefficient_unit=DIMENSIONLESS,
-                     domain=tuple(dict.fromkeys(taken.raw_domain)), sources=taken.sources,
-                     source_conditions=taken.raw_source_conditions)
+    return held.made(
+        taken,
+        name,
+        held.in_unit(name, taken, unit),
+        unit,
+        coefficient_unit=DIMENSIONLESS,
+        domain=tuple(dict.fromkeys(taken.raw_domain)),
+        sources=taken.sources,
+        source_conditions=taken.raw_source_conditions,
+    )

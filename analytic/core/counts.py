@@ -16,8 +16,17 @@ MAX_TEXT = 100
 #: 2**53
 MAX_COUNT = 2**53
 #: decimal and binary multipliers of a bare count ("16M" tokens, "16Mi" tokens)
-COUNT_SUFFIXES = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+COUNT_SUFFIXES = {
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 #: the binary suffix a decimal one is often meant as ("16M" tokens for 16Mi = 2²⁴)
 BINARY_SUFFIX = {"k": "Ki", "K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti"}
 _COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*")
@@ -25,7 +34,7 @@ _COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|T
 
 def show(value) -> str:
     """``value`` for an error message: its repr, a Fraction as a number, at most 40 characters."""
-    text = (str(value) if isinstance(value, Fraction) else repr(value))
+    text = str(value) if isinstance(value, Fraction) else repr(value)
     return text if len(text) <= 40 else f"{text[:24]}… ({len(text):,} characters)"
 
 
@@ -35,7 +44,9 @@ def whole(name: str, number: Fraction, *, minimum: int = 1, shown: str) -> int:
     if number.denominator != 1:
         raise InputError(f"{name}: expected an integer, got {shown}")
     if number < minimum or number > MAX_COUNT:
-        raise InputError(f"{name}: expected an integer ≥ {minimum} and at most {MAX_COUNT:,}, got {shown}")
+        raise InputError(
+            f"{name}: expected an integer ≥ {minimum} and at most {MAX_COUNT:,}, got {shown}"
+        )
     return int(number)
 
 
@@ -58,7 +69,9 @@ def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
     parsed = suffixed_count(text)
     if parsed is None:
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {show(text)}")
-    return whole(name, parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1), minimum=minimum, shown=show(text))
+    return whole(
+        name, parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1), minimum=minimum, shown=show(text)
+    )
 
 
 def decimal_suffix(tokens: Fraction) -> tuple[Fraction, str | None]:
@@ -71,7 +84,9 @@ def decimal_suffix(tokens: Fraction) -> tuple[Fraction, str | None]:
     return tokens, None
 
 
-def step_tokens(number: Fraction, suffix: str | None, seq_len: int, name: str, written) -> tuple[int, str]:
+def step_tokens(
+    number: Fraction, suffix: str | None, seq_len: int, name: str, written
+) -> tuple[int, str]:
     """Tokens per step from ``number`` with a count ``suffix`` (or None), ``written`` so by the
     user, and a note: a decimal count ('16M', '16e6', 16_000_000: a whole multiple of a thousand, a
     million, ...) that is not whole sequences of ``seq_len`` while its binary reading is (16·2²⁰ at
@@ -84,15 +99,34 @@ def step_tokens(number: Fraction, suffix: str | None, seq_len: int, name: str, w
     if suffix in BINARY_SUFFIX and tokens % seq_len:
         binary = binary_reading(number, suffix)
         if binary % seq_len == 0:
-            note = (f"{name} {written} read as {float(number):g} {BINARY_SUFFIX[suffix]} = {int(binary):,} tokens "
-                    f"({int(binary) // seq_len:,} sequences of {seq_len:,}; {int(tokens):,} is not whole sequences)")
+            note = (
+                f"{name} {written} read as {float(number):g} {BINARY_SUFFIX[suffix]} ="
+                f" {int(binary):,} tokens ({int(binary) // seq_len:,} sequences of {seq_len:,};"
+                f" {int(tokens):,} is not whole sequences)"
+            )
             tokens = binary
     if tokens > MAX_COUNT:
-        raise InputError(f"{name}: {show(written)} exceeds the {MAX_COUNT:,} tokens a step can be counted in exactly")
+        raise InputError(
+            f"{name}: {show(written)} exceeds the {MAX_COUNT:,} tokens a step can be counted in"
+            " exactly"
+        )
     if tokens != int(tokens) or tokens < 1 or int(tokens) % seq_len:
-        raise InputError(f"{name}: {show(written)} is not a whole number of {seq_len}-token sequences")
+        raise InputError(
+            f"{name}: {show(written)} is not a whole number of {seq_len}-token sequences"
+        )
     return int(tokens), note
 
 
-__all__ = ["BINARY_SUFFIX", "COUNT_SUFFIXES", "MAX_COUNT", "MAX_TEXT", "binary_reading", "decimal_suffix",
-           "parse_count", "show", "step_tokens", "suffixed_count", "whole"]
+__all__ = [
+    "BINARY_SUFFIX",
+    "COUNT_SUFFIXES",
+    "MAX_COUNT",
+    "MAX_TEXT",
+    "binary_reading",
+    "decimal_suffix",
+    "parse_count",
+    "show",
+    "step_tokens",
+    "suffixed_count",
+    "whole",
+]

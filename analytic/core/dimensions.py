@@ -39,7 +39,10 @@ def units_of(expr) -> Quantity:
     if isinstance(expr, value_at_max):  # its values, alike
         return units_of(sympy.Add(*expr.args[1::2], evaluate=False))
     if isinstance(expr, (sympy.Min, sympy.Max)):
-        args = [a for a in expr.args if a != 0] or [expr.args[0]]  # zero has every dimension (Max(0, t))
+        # zero has every dimension (Max(0, t))
+        args = [a for a in expr.args if a != 0] or [
+            expr.args[0]
+        ]
         return units_of(sympy.Add(*args, evaluate=False)) if len(args) > 1 else units_of(args[0])
     if isinstance(expr, sympy.Piecewise):
         units = [units_of(e) for e, _ in expr.args]
@@ -67,11 +70,15 @@ def check_dimensions(f) -> Unit:
     got_unit = Quantity(1, strip_counts(got.units * f.coefficient_unit))
     want = strip_counts(f.unit)
     if got_unit.dimensionality != Quantity(1, want).dimensionality:
-        raise UnitError(f"{f.name}: expression has {got_unit.dimensionality}, "
-                        f"declared unit {f.unit:~P} has {want.dimensionality}")
+        raise UnitError(
+            f"{f.name}: expression has {got_unit.dimensionality}, "
+            f"declared unit {f.unit:~P} has {want.dimensionality}"
+        )
     return f.unit
 
 
 def _incompatible(unit: Unit, why: str) -> DimensionalityError:
-    return DimensionalityError(f"Cannot convert from '{unit}' ({unit.dimensionality}) to 'dimensionless' "
-                             f"(dimensionless){why}")
+    return DimensionalityError(
+        f"Cannot convert from '{unit}' ({unit.dimensionality}) to 'dimensionless' "
+        f"(dimensionless){why}"
+    )

@@ -29,7 +29,9 @@ def read_text(path, limit: int = MAX_BYTES, follow: bool = True) -> str:
     """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes; FileError otherwise (a
     FIFO, a device, a folder, a larger file, bytes that are not UTF-8). ``follow=False``: a link is
     refused too."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    )
     try:
         fd = os.open(path, flags)
     except OSError as exc:

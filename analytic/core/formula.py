@@ -28,6 +28,7 @@ class _Sympy:
 
     def __getattr__(self, name):
         import sympy as module
+
         value = getattr(module, name)
         setattr(self, name, value)
         return value
@@ -73,9 +74,16 @@ class Formula:
     description: str = ""
     coefficient_unit: Unit | None = DIMENSIONLESS
     keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
-    domain: tuple = held.Declared(())  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
-    sources: frozenset = frozenset()  # the catalogue formulas this one is composed from (itself, for one of them)
-    caveats: tuple = held.Declared(())  # (condition, why): where the approximation is good; evaluating this formula outside it
+    # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
+    domain: tuple = held.Declared(
+        ()
+    )
+    # the catalogue formulas this one is composed from (itself, for one of them)
+    sources: frozenset = frozenset()
+    # (condition, why): where the approximation is good; evaluating this formula outside it
+    caveats: tuple = held.Declared(
+        ()
+    )
     # warns (ApproximationWarning) but answers (composed formulas do not carry them) (source,
     # condition) for the sources drawn on only where a condition holds (a symbolic piece of
     # ``cases``)
@@ -102,6 +110,7 @@ class Formula:
         expr, domain, caveats, source_conditions = self.__dict__["_terms"] if raw is None else raw
         if isinstance(expr, str):
             from .expressions import symbolic
+
             expr = symbolic(expr, self.name)  # parsed, never evaluated
 
         def canonical(x):
@@ -109,7 +118,9 @@ class Formula:
 
         d = self.__dict__
         d["expr"] = canonical(expr)
-        d["domain"] = tuple((canonical(c), why, *(origin or (self.name,))) for c, why, *origin in domain)
+        d["domain"] = tuple(
+            (canonical(c), why, *(origin or (self.name,))) for c, why, *origin in domain
+        )
         d["caveats"] = tuple((canonical(c), why) for c, why in caveats)
         d["source_conditions"] = tuple((s, canonical(c)) for s, c in source_conditions)
 
@@ -183,14 +194,19 @@ class Formula:
         for kw in values:
             if kw not in self.symbols:
                 if kw in _symbols.REGISTRY:
-                    raise UnknownNameError(f"keyword for {self.name} (it takes {', '.join(self.symbols) or 'none'})",
-                                           kw, self.symbols)
+                    raise UnknownNameError(
+                        f"keyword for {self.name} (it takes {', '.join(self.symbols) or 'none'})",
+                        kw,
+                        self.symbols,
+                    )
                 raise UnknownNameError(f"keyword for {self.name}", kw, self.symbols)
         if complete:
             missing = [kw for kw in self.symbols if kw not in values]
             if missing:
-                raise InputError(f"{self.name}: missing {', '.join(missing)} "
-                                 f"(it takes {', '.join(self.symbols)})")
+                raise InputError(
+                    f"{self.name}: missing {', '.join(missing)} "
+                    f"(it takes {', '.join(self.symbols)})"
+                )
 
     def _replacements(self, values: dict) -> dict:
         return {_symbols.sym(kw): magnitude(kw, v) for kw, v in values.items()}
@@ -220,8 +236,10 @@ class Formula:
         result = self.expr.xreplace(repl)
         if result.free_symbols:
             left = sorted(_symbols.keyword_of(x) for x in result.free_symbols)
-            raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(left)}; give them numbers, or use "
-                                  ".subs() to keep them")
+            raise FreeSymbolError(
+                f"{self.name}: free symbols remain: {', '.join(left)}; give them numbers, or use "
+                ".subs() to keep them"
+            )
         self._warn_caveats(repl)
         return Q(_expressions().to_float(result, self.name), self.unit)
 
@@ -240,8 +258,10 @@ class Formula:
             if at is not None:
                 return held.value(at)
         if self.expr.free_symbols:
-            raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(self.symbols)}; "
-                                  "give them numbers or use .expr")
+            raise FreeSymbolError(
+                f"{self.name}: free symbols remain: {', '.join(self.symbols)}; "
+                "give them numbers or use .expr"
+            )
         self._within()
         self._warn_caveats()
         return Q(_expressions().to_float(self.expr, self.name), self.unit)
@@ -255,11 +275,19 @@ class Formula:
             if at is not None:
                 return at
         from .provenance import merged_sources, source_map
+
         repl = self._replacements(values)
         own = {s: c.xreplace(repl) for s, c in source_map(self).items()}
-        sources = merged_sources(own, *(source_map(v) for v in values.values() if isinstance(v, Formula)))
-        return replace(self, expr=_expressions().substituted(self.expr, repl), domain=self._within(repl, strict=False), **sources,
-                       caveats=tuple((c.xreplace(repl), why) for c, why in self.caveats))
+        sources = merged_sources(
+            own, *(source_map(v) for v in values.values() if isinstance(v, Formula))
+        )
+        return replace(
+            self,
+            expr=_expressions().substituted(self.expr, repl),
+            domain=self._within(repl, strict=False),
+            **sources,
+            caveats=tuple((c.xreplace(repl), why) for c, why in self.caveats),
+        )
 
     def bind(self, values: dict) -> "Formula":
         """``subs`` with the entries of ``values`` that this formula takes (the rest ignored), a
@@ -269,15 +297,24 @@ class Formula:
             at = held.bound(self, taken, magnitudes=True)
             if at is not None:
                 return at
-        return self.subs(**{k: exact(v) if type(v) in held.NUMBERS else v for k, v in taken.items()})
+        return self.subs(
+            **{k: exact(v) if type(v) in held.NUMBERS else v for k, v in taken.items()}
+        )
 
     def diff(self, keyword: str) -> "Formula":
         """∂/∂keyword, in ``unit / unit(keyword)``."""
         s = _symbols.sym(keyword)
-        return Formula(f"∂({self.name})/∂{keyword}", sympy.diff(self.expr, s),
-                       self.unit / _symbols.info(keyword).unit, self.source, self.assumptions,
-                       coefficient_unit=None, domain=self.domain, sources=self.sources,
-                       source_conditions=self.source_conditions)
+        return Formula(
+            f"∂({self.name})/∂{keyword}",
+            sympy.diff(self.expr, s),
+            self.unit / _symbols.info(keyword).unit,
+            self.source,
+            self.assumptions,
+            coefficient_unit=None,
+            domain=self.domain,
+            sources=self.sources,
+            source_conditions=self.source_conditions,
+        )
 
     def lambdify(self):
         """A numpy function of keyword arguments (magnitudes in the symbols' units)."""
@@ -286,6 +323,7 @@ class Formula:
     @cached_property
     def _compiled(self):
         from .lowering import keyword_function
+
         return keyword_function(self)
 
     # --- dimensions -------------------------------------------------------------------------
@@ -293,6 +331,7 @@ class Formula:
         """Substitute every symbol's unit (counts as pure numbers); raise UnitError unless every sum
         is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
         from .dimensions import check_dimensions
+
         return check_dimensions(self)
 
     # --- arithmetic (composition) -----------------------------------------------------------
@@ -302,12 +341,15 @@ class Formula:
             if out is not None:
                 return out
         from .provenance import merged_sources, source_map
+
         if isinstance(other, Formula):
             if op in ("+", "-"):
                 other_expr = magnitude(other.name, other, self.unit)
                 unit = self.unit
             else:
-                other_expr, unit = other.expr, (self.unit * other.unit if op == "*" else self.unit / other.unit)
+                other_expr, unit = other.expr, (
+                    self.unit * other.unit if op == "*" else self.unit / other.unit
+                )
         elif is_quantity(other):
             other = data(other)
             if op in ("+", "-"):
@@ -318,13 +360,30 @@ class Formula:
         else:
             other_expr = exact(other) if not is_sympy(other) else other
             if op in ("+", "-") and not self.unit.dimensionless:
-                raise UnitError(f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in {self.unit:~P}")
+                raise UnitError(
+                    f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in"
+                    f" {self.unit:~P}"
+                )
             unit = self.unit
-        expr = {"+": self.expr + other_expr, "-": self.expr - other_expr,
-                "*": self.expr * other_expr, "/": self.expr / other_expr}[op]
-        domain = self.domain + tuple(d for d in getattr(other, "domain", ()) if d not in self.domain)
-        return Formula(name or self.name, expr, unit, self.source, self.assumptions, coefficient_unit=None,
-                       domain=domain, **merged_sources(*(source_map(f) for f in (self, other) if isinstance(f, Formula))))
+        expr = {
+            "+": self.expr + other_expr,
+            "-": self.expr - other_expr,
+            "*": self.expr * other_expr,
+            "/": self.expr / other_expr,
+        }[op]
+        domain = self.domain + tuple(
+            d for d in getattr(other, "domain", ()) if d not in self.domain
+        )
+        return Formula(
+            name or self.name,
+            expr,
+            unit,
+            self.source,
+            self.assumptions,
+            coefficient_unit=None,
+            domain=domain,
+            **merged_sources(*(source_map(f) for f in (self, other) if isinstance(f, Formula))),
+        )
 
     def __add__(self, other):
         return self._combine(other, "+", None)
@@ -341,10 +400,15 @@ class Formula:
     def __rmul__(self, other):
         return self._combine(other, "*", None)
 
-    def renamed(self, name: str, source: str | None = None, assumptions=None, description=None) -> "Formula":
-        return self.replaced(name=name, source=source or self.source,
-                             assumptions=tuple(assumptions) if assumptions is not None else self.assumptions,
-                             description=self.description if description is None else description)
+    def renamed(
+        self, name: str, source: str | None = None, assumptions=None, description=None
+    ) -> "Formula":
+        return self.replaced(
+            name=name,
+            source=source or self.source,
+            assumptions=tuple(assumptions) if assumptions is not None else self.assumptions,
+            description=self.description if description is None else description,
+        )
 
     def to(self, unit) -> "Formula":
         """The same quantity expressed in another unit."""
@@ -354,15 +418,19 @@ class Formula:
         except DimensionalityError:
             raise UnitError(f"{self.name}: cannot express {self.unit:~P} in {unit:~P}") from None
         if held.holds_data(self):
-            return self.replaced(expr=held.arithmetic(self.term, exact_number(factor), "*"), unit=unit,
-                                 coefficient_unit=None)
+            return self.replaced(
+                expr=held.arithmetic(self.term, exact_number(factor), "*"),
+                unit=unit,
+                coefficient_unit=None,
+            )
         return replace(self, expr=self.expr * exact(factor), unit=unit, coefficient_unit=None)
 
 
-#END
+# END
 
 
 def _expressions():
     """:mod:`.expressions` (sympy's), imported where a formula holds a sympy expression."""
     from . import expressions
+
     return expressions

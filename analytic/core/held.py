@@ -59,15 +59,20 @@ SYMPY_FIELDS = ("expr", "domain", "caveats", "source_conditions")
 def on_terms(expr, conditions) -> bool:
     """Whether a formula is declared on terms: its expression a term or an exact number, each
     condition a term or a bool."""
-    return ((type(expr) is terms.Term or type(expr) in NUMBERS)
-            and all(isinstance(c, (terms.Term, bool)) for c in conditions))
+    return (type(expr) is terms.Term or type(expr) in NUMBERS) and all(
+        isinstance(c, (terms.Term, bool)) for c in conditions
+    )
 
 
 def holds_number(f) -> bool:
     """Whether the Formula ``f`` holds a number (a numeric plan's formulas, a catalogue
     constant)."""
     raw = f.__dict__.get("_terms")
-    return raw is not None and type(raw[0]) in NUMBERS and not any(type(c) is terms.Term for c, *_ in raw[1])
+    return (
+        raw is not None
+        and type(raw[0]) in NUMBERS
+        and not any(type(c) is terms.Term for c, *_ in raw[1])
+    )
 
 
 def holds_data(f) -> bool:
@@ -85,16 +90,37 @@ def _data(x) -> bool:
     return type(x) in NUMBERS or type(x) is bool or (type(x) is terms.Term and not x.keywords)
 
 
-def made(like, name: str, term, unit: Unit, *, source: str = "", assumptions: tuple = (), description: str = "",
-         coefficient_unit=None, keywords: tuple = (), domain: tuple = (), sources=frozenset(), caveats: tuple = (),
-         source_conditions: tuple = ()):
+def made(
+    like,
+    name: str,
+    term,
+    unit: Unit,
+    *,
+    source: str = "",
+    assumptions: tuple = (),
+    description: str = "",
+    coefficient_unit=None,
+    keywords: tuple = (),
+    domain: tuple = (),
+    sources=frozenset(),
+    caveats: tuple = (),
+    source_conditions: tuple = (),
+):
     """A Formula (of ``like``'s class) holding ``term``, its fields as given, in the form the
     class's checks give them (a Unit, each condition with its origin): what composing numbers makes
     many times a plan."""
     f = object.__new__(type(like))
-    f.__dict__.update(name=name, unit=unit, source=source, assumptions=assumptions, description=description,
-                      coefficient_unit=coefficient_unit, keywords=keywords, sources=sources,
-                      _terms=(term, domain, caveats, source_conditions))
+    f.__dict__.update(
+        name=name,
+        unit=unit,
+        source=source,
+        assumptions=assumptions,
+        description=description,
+        coefficient_unit=coefficient_unit,
+        keywords=keywords,
+        sources=sources,
+        _terms=(term, domain, caveats, source_conditions),
+    )
     return f
 
 
@@ -110,8 +136,9 @@ def unit_factor(keyword: str, f, target: Unit):
     try:
         return factor(f.unit, target)
     except DimensionalityError:
-        raise UnitError(f"{keyword}: expected {_symbols.wanted(target)}, "
-                        f"got formula {f.name!r} in {f.unit:~P}") from None
+        raise UnitError(
+            f"{keyword}: expected {_symbols.wanted(target)}, got formula {f.name!r} in {f.unit:~P}"
+        ) from None
 
 
 def in_unit(keyword: str, f, target: Unit):
@@ -136,13 +163,21 @@ def sources(*formulas) -> dict:
     :func:`.provenance.merged_sources`."""
     conditional = [sc for f in formulas for sc in f.raw_source_conditions]
     if not conditional:
-        return {"sources": frozenset().union(*(f.sources for f in formulas)), "source_conditions": ()}
+        return {
+            "sources": frozenset().union(*(f.sources for f in formulas)),
+            "source_conditions": (),
+        }
     from .provenance import merged_sources, source_map
+
     if all(_data(c) for _, c in conditional):  # a template's: the open sources each on its own
-        always = frozenset().union(*(f.sources.difference(s for s, _ in f.raw_source_conditions)
-                                     for f in formulas))
-        return merged_sources(dict.fromkeys(always, True),
-                              *({s: c} for s, c in conditional if s not in always), data=True)
+        always = frozenset().union(
+            *(f.sources.difference(s for s, _ in f.raw_source_conditions) for f in formulas)
+        )
+        return merged_sources(
+            dict.fromkeys(always, True),
+            *({s: c} for s, c in conditional if s not in always),
+            data=True,
+        )
     return merged_sources(*(source_map(f) for f in formulas))
 
 
@@ -156,7 +191,9 @@ def bound(f, values: dict, magnitudes: bool = False):
     needs = f.__dict__.get("_needs")
     if needs is None:  # the keywords its expression and conditions take; False: sympy evaluates it
         conditions = (tuple(c for c, *_ in domain), tuple(c for c, _ in caveats))
-        needs = f.__dict__["_needs"] = terms.keywords((expr, *conditions)) if terms.numeric((expr, *conditions)) else False
+        needs = f.__dict__["_needs"] = (
+            terms.keywords((expr, *conditions)) if terms.numeric((expr, *conditions)) else False
+        )
     if needs is False:
         return None
     env = {}
@@ -180,9 +217,20 @@ def bound(f, values: dict, magnitudes: bool = False):
     number = _decided(expr, env, memo)
     decided = tuple((_decided(c, env, memo), why) for c, why in caveats)
     parts = [v for v in values.values() if hasattr(v, "raw_domain")]
-    return made(f, f.name, number, f.unit, source=f.source, assumptions=f.assumptions, description=f.description,
-                coefficient_unit=f.coefficient_unit, keywords=f.keywords, domain=kept, caveats=decided,
-                **sources(f, *parts))
+    return made(
+        f,
+        f.name,
+        number,
+        f.unit,
+        source=f.source,
+        assumptions=f.assumptions,
+        description=f.description,
+        coefficient_unit=f.coefficient_unit,
+        keywords=f.keywords,
+        domain=kept,
+        caveats=decided,
+        **sources(f, *parts),
+    )
 
 
 def checked(keyword: str, value):
@@ -197,7 +245,9 @@ def _checked(keyword: str, kind: type, value):
     try:
         return _symbols.info(keyword).check(exact(value) if is_sympy(value) else value)
     except InputError as exc:
-        raise InputError(f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)) from None
+        raise InputError(
+            f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)
+        ) from None
 
 
 def _decided(x, env: dict, memo: dict):
@@ -222,6 +272,7 @@ def approximate(name: str, why: str) -> None:
     import warnings
 
     from .errors import ApproximationWarning
+
     warnings.warn(f"{name}: {why}", ApproximationWarning, stacklevel=4)
 
 
@@ -263,12 +314,23 @@ def combined(self, other, op: str, name):
             b, unit = exact_number(other.magnitude), unit_of(self.unit, other.units, op)
     elif type(other) in NUMBERS or (type(other) is terms.Term and not other.keywords):
         if op in ("+", "-") and not self.unit.dimensionless:
-            raise UnitError(f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in {self.unit:~P}")
+            raise UnitError(
+                f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in"
+                f" {self.unit:~P}"
+            )
         b = other if type(other) in (int, Fraction, terms.Term) else exact_number(other)
     else:
         return None
     domain = self.raw_domain
     if len(parts) > 1:
         domain = domain + tuple(d for d in other.raw_domain if d not in domain)
-    return made(self, name or self.name, arithmetic(self.term, b, op), unit, source=self.source,
-                assumptions=self.assumptions, domain=domain, **sources(*parts))
+    return made(
+        self,
+        name or self.name,
+        arithmetic(self.term, b, op),
+        unit,
+        source=self.source,
+        assumptions=self.assumptions,
+        domain=domain,
+        **sources(*parts),
+    )

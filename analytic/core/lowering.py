@@ -14,9 +14,21 @@ from .errors import InputError
 from .functions import common_divisor, value_at_max
 from .numeric import Program
 
-_RELATIONS = {sympy.StrictLessThan: "lt", sympy.LessThan: "le", sympy.StrictGreaterThan: "gt",
-              sympy.GreaterThan: "ge", sympy.Equality: "eq", sympy.Unequality: "ne"}
-_FUNCTIONS = {sympy.log: "log", sympy.exp: "exp", sympy.Abs: "abs", sympy.floor: "floor", sympy.ceiling: "ceiling"}
+_RELATIONS = {
+    sympy.StrictLessThan: "lt",
+    sympy.LessThan: "le",
+    sympy.StrictGreaterThan: "gt",
+    sympy.GreaterThan: "ge",
+    sympy.Equality: "eq",
+    sympy.Unequality: "ne",
+}
+_FUNCTIONS = {
+    sympy.log: "log",
+    sympy.exp: "exp",
+    sympy.Abs: "abs",
+    sympy.floor: "floor",
+    sympy.ceiling: "ceiling",
+}
 
 
 def program(exprs, inputs) -> Program:
@@ -46,8 +58,12 @@ class _Builder:
             kind, i = ref
             return i if kind == "i" else n_in + i if kind == "c" else n_in + n_const + i
 
-        return Program(tuple(self.order), tuple(self.constants),
-                       tuple((op, tuple(reg(r) for r in rs)) for op, rs in self.steps), tuple(reg(r) for r in refs))
+        return Program(
+            tuple(self.order),
+            tuple(self.constants),
+            tuple((op, tuple(reg(r) for r in rs)) for op, rs in self.steps),
+            tuple(reg(r) for r in refs),
+        )
 
     def const(self, x: float):
         key = float(x)
@@ -70,7 +86,9 @@ class _Builder:
         """The reference of ``e``: an input, a constant, or the steps of its operation."""
         if isinstance(e, sympy.Symbol):
             if e not in self.index:
-                raise InputError(f"free symbol {e} is not an input of the program ({', '.join(self.order)})")
+                raise InputError(
+                    f"free symbol {e} is not an input of the program ({', '.join(self.order)})"
+                )
             return ("i", self.index[e])
         if e is sympy.true or e is sympy.false:
             return self.const(1.0 if e is sympy.true else 0.0)
@@ -101,7 +119,8 @@ class _Builder:
         if isinstance(e, (sympy.Max, sympy.Min)):
             kind = "max" if isinstance(e, sympy.Max) else "min"
             return step(kind, *map(walk, e.args)) if len(e.args) > 1 else walk(e.args[0])
-        if isinstance(e, (sympy.floor, sympy.ceiling)):  # a quotient one division: an integer one stays exact
+        # a quotient one division: an integer one stays exact
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
             num, den = sympy.fraction(e.args[0])
             if den != 1:
                 return step(_FUNCTIONS[type(e)], step("div", walk(num), walk(den)))
@@ -148,6 +167,7 @@ class _Builder:
 def input_names(exprs) -> dict:
     """symbol → keyword for the free symbols of ``exprs``, sorted by keyword: a program's inputs."""
     from .symbols import keyword_of
+
     return dict(sorted(((s, keyword_of(s)) for s in free_symbols(exprs)), key=lambda kv: kv[1]))
 
 
@@ -173,6 +193,7 @@ def keyword_function(f):
     """A Formula as a numpy function of keyword arguments (magnitudes in its symbols' units):
     ``Formula.lambdify``."""
     from . import symbols as _symbols
+
     keywords = list(f.symbols)
     fn = program([f.expr], {_symbols.sym(k): k for k in keywords})
     name = f.name
@@ -181,12 +202,17 @@ def keyword_function(f):
         missing = [k for k in keywords if k not in values]
         extra = [k for k in values if k not in keywords]
         if missing or extra:
-            raise InputError(f"{name}: lambdified function takes {', '.join(keywords)}"
-                             + (f"; missing {', '.join(missing)}" if missing else "")
-                             + (f"; unknown {', '.join(extra)}" if extra else ""))
+            raise InputError(
+                f"{name}: lambdified function takes {', '.join(keywords)}"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; unknown {', '.join(extra)}" if extra else "")
+            )
         args = [values[k] for k in keywords]
         if all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
-            return fn.scalar([float(a) for a in args])[0]  # numbers: Python floats, no array per step
+            # numbers: Python floats, no array per step
+            return fn.scalar([float(a) for a in args])[
+                0
+            ]
         return fn(*args)[0]
 
     compiled.keywords = tuple(keywords)

@@ -115,10 +115,8 @@ def _div(a, b):
 def _pow(a, b):
     try:
         r = a**b
-    except (
-        ZeroDivisionError,
-        OverflowError,
-    ):  # ±inf: negative only for a negative base to an odd power
+    except (ZeroDivisionError, OverflowError):
+        # ±inf: negative only for a negative base to an odd power
         odd = math.isfinite(b) and b == int(b) and int(b) % 2 == 1
         return math.copysign(math.inf, a) if odd else math.inf
     return math.nan if isinstance(r, complex) else r
@@ -214,9 +212,10 @@ class Program:
         import numpy as np
 
         ops = numpy_ops()
+        # float64, as sympy's numbers
         regs = [np.asarray(a, dtype=np.float64) for a in args] + list(
             self.constants
-        )  # float64, as sympy's numbers
+        )
         last = self._last_use
         base = len(regs)
         for i, (op, refs) in enumerate(self.steps):
@@ -289,9 +288,8 @@ class Program:
             raise ValueError("not a program: fields must be lists of bounded length")
         if not all(isinstance(k, str) and k.isidentifier() for k in inputs):
             raise ValueError("program inputs must be names")
-        if not all(
-            type(c) in (int, float) and not math.isinf(c) for c in constants
-        ):  # NaN: a Piecewise's no-case
+        # NaN: a Piecewise's no-case
+        if not all(type(c) in (int, float) and not math.isinf(c) for c in constants):
             raise ValueError("program constants must be finite numbers or NaN")
         n = len(inputs) + len(constants)
         checked = []

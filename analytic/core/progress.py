@@ -42,7 +42,16 @@ def steps(iterable, *, desc: str, total: int | None = None, unit: str = "it"):
     if not _SHOWN.get():
         return iterable
     from tqdm import tqdm
-    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    return tqdm(
+        iterable,
+        desc=desc,
+        total=total,
+        unit=unit,
+        file=sys.stderr,
+        leave=False,
+        dynamic_ncols=True,
+    )
 
 
 def bar(*, desc: str, total: int, unit: str = "it"):
@@ -50,7 +59,16 @@ def bar(*, desc: str, total: int, unit: str = "it"):
     if not _SHOWN.get():
         return contextlib.nullcontext(_Silent())
     from tqdm import tqdm
-    return tqdm(desc=desc, total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    return tqdm(
+        desc=desc,
+        total=total,
+        unit=unit,
+        unit_scale=True,
+        file=sys.stderr,
+        leave=False,
+        dynamic_ncols=True,
+    )
 
 
 class _Silent:

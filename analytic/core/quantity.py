@@ -22,6 +22,8 @@ from .registry import pint_units, registry
 #: the magnitude format of a quantity formatted without one (the registry's default_format)
 DEFAULT_FORMAT = ".12g"
 _EXP = re.compile(r"([0-9]\.?[0-9]*)e(-?)\+?0*([0-9]+)")
+
+
 def _split(spec: str) -> tuple[str, str, bool] | None:
     """(magnitude spec, style, short) of a format spec, or None for a style pint alone writes
     (LaTeX, HTML, ...)."""
@@ -68,7 +70,10 @@ class Unit(str):
         items = getattr(unit, "_units", None)
         if items is None:
             raise table.UnitError(f"expected a unit, got {unit!r}")
-        return cls(table.canonical(dict(items).items()))  # another registry's names, read as units.txt reads them
+        # another registry's names, read as units.txt reads them
+        return cls(
+            table.canonical(dict(items).items())
+        )
 
     @property
     def dimensionality(self) -> dict:
@@ -157,9 +162,23 @@ def _is_unit(x) -> bool:
 
 #: what pint's objects answer and the library's ask pint for (an attribute not here is not asked:
 #: ``hasattr`` of anything else is False without importing pint)
-_PINT_ONLY = frozenset({"check", "compatible_units", "is_compatible_with", "to_base_units", "to_compact",
-                        "to_preferred", "to_reduced_units", "to_root_units", "to_tuple", "m_from",
-                        "from_", "systems"})
+_PINT_ONLY = frozenset(
+    {
+        "check",
+        "compatible_units",
+        "is_compatible_with",
+        "to_base_units",
+        "to_compact",
+        "to_preferred",
+        "to_reduced_units",
+        "to_root_units",
+        "to_tuple",
+        "m_from",
+        "from_",
+        "systems",
+    }
+)
+
 
 @functools.lru_cache(maxsize=4096)
 def _named(text: str) -> Unit:
@@ -258,7 +277,7 @@ class Quantity:
         return Quantity(m / self.magnitude, Unit(table.times(u.items, self.units.items, -1)))
 
     def __pow__(self, n):
-        return Quantity(self.magnitude ** n, self.units ** n)
+        return Quantity(self.magnitude**n, self.units**n)
 
     def __neg__(self):
         return Quantity(-self.magnitude, self.units)
@@ -297,8 +316,10 @@ class Quantity:
 
     def _plain(self):
         if not self.dimensionless:
-            raise table.DimensionalityError(f"Cannot convert from '{self.units}' ({self.units.dimensionality}) to "
-                                            "'dimensionless' (dimensionless)")
+            raise table.DimensionalityError(
+                f"Cannot convert from '{self.units}' ({self.units.dimensionality}) to "
+                "'dimensionless' (dimensionless)"
+            )
         return self.to(DIMENSIONLESS).magnitude
 
     def __float__(self):

@@ -20,7 +20,8 @@ from .errors import InputError, UnitError
 _LOCK = threading.RLock()
 _CHOSEN: list = []  # the registry handed to use_registry, once one is
 _DEFINED: weakref.WeakSet = weakref.WeakSet()  # registries the library's units were defined into
-_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → {units.txt name: its name}
+# registry → {units.txt name: its name}
+_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _UNITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → {items: its Unit}
 
 
@@ -28,8 +29,11 @@ def use_registry(ureg=None):
     """Give the library's quantities in ``ureg`` from now on, the library's units defined into it
     (None: pint's application registry again). Returns the registry in use."""
     import pint
+
     if ureg is not None and not isinstance(ureg, (pint.UnitRegistry, pint.ApplicationRegistry)):
-        raise InputError(f"use_registry: expected a pint UnitRegistry or None, got {type(ureg).__name__}")
+        raise InputError(
+            f"use_registry: expected a pint UnitRegistry or None, got {type(ureg).__name__}"
+        )
     with _LOCK:
         _CHOSEN[:] = [] if ureg is None else [ureg]
     return registry()
@@ -39,6 +43,7 @@ def registry():
     """The registry in use (pint's application registry unless :func:`use_registry` chose another),
     the library's units defined into it."""
     import pint
+
     ureg = _CHOSEN[0] if _CHOSEN else pint.get_application_registry()
     real = _real(ureg)
     if real not in _DEFINED:
@@ -58,6 +63,7 @@ def pint_units(items: tuple):
     """A container of units.txt's canonical names as the registry in use's unit (its names: "bps" is
     pint's "baud")."""
     from pint.util import UnitsContainer
+
     real = _real(registry())
     made = _UNITS[real]
     unit = made.get(items)
@@ -74,16 +80,21 @@ def pint_units(items: tuple):
 #: takes tokens a second to a frequency; outside it they are dimensions of their own
 COUNTS = "counts"
 #: (count unit, dimensions with it, the same without it): each pair converts within :data:`COUNTS`
-_COUNTED = (("token", "[token]", ""), ("token", "[token] / [time]", "1 / [time]"),
-            ("token", "[token] / [computation]", "1 / [computation]"),
-            ("1 / token", "[time] / [token]", "[time]"),
-            ("1 / token", "[computation] / [token]", "[computation]"),
-            ("1 / token", "[currency] / [token]", "[currency]"), ("parameter", "[parameter]", ""))
+_COUNTED = (
+    ("token", "[token]", ""),
+    ("token", "[token] / [time]", "1 / [time]"),
+    ("token", "[token] / [computation]", "1 / [computation]"),
+    ("1 / token", "[time] / [token]", "[time]"),
+    ("1 / token", "[computation] / [token]", "[computation]"),
+    ("1 / token", "[currency] / [token]", "[currency]"),
+    ("parameter", "[parameter]", ""),
+)
 
 
 def _count_context(ureg) -> None:
     """Add :data:`COUNTS` to ``ureg`` unless it has a context of that name (the user's: kept)."""
     import pint
+
     if COUNTS in getattr(ureg, "_contexts", {}):
         return
     context = pint.Context(COUNTS)
@@ -97,6 +108,7 @@ def _count_context(ureg) -> None:
 def _real(ureg):
     """The registry behind pint's application registry (itself for any other)."""
     import pint
+
     return ureg.get() if isinstance(ureg, pint.ApplicationRegistry) else ureg
 
 
@@ -106,7 +118,8 @@ def define_quietly() -> None:
     never fails for it."""
     try:
         registry()
-    except Exception:  # noqa: BLE001 - a UnitError or pint's own, said at the first call that needs the registry
+    # a UnitError or pint's own, said at the first call that needs the registry
+    except Exception:  # noqa: BLE001
         pass
 
 
@@ -128,6 +141,7 @@ class _WhenPintLoads:
             return None
         sys.meta_path.remove(self)
         from importlib.machinery import PathFinder
+
         spec = PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
             run = spec.loader.exec_module
@@ -149,18 +163,23 @@ def _known(ureg, name: str) -> bool:
 
 
 def _refuse(name: str, value: str, got) -> UnitError:
-    return UnitError(f"the pint registry in use defines {name!r} as {got}, where analytic's {name} is {value}; "
-                     "hand analytic a registry of its own: an.use_registry(pint.UnitRegistry())")
+    return UnitError(
+        f"the pint registry in use defines {name!r} as {got}, where analytic's {name} is {value}; "
+        "hand analytic a registry of its own: an.use_registry(pint.UnitRegistry())"
+    )
 
 
 def _check(ureg, name: str, value: str, probe: str = "") -> None:
     """Refuse a unit (or a prefix, read on ``probe``) the registry defines otherwise than
     units.txt."""
     import pint
+
     one = ureg.Quantity(1, name + probe)
     if value.startswith("["):  # a base unit: of that dimension, or a base unit of none (pint's bit)
         root = one.to_root_units()
-        if dict(one.dimensionality) not in ({value: 1}, {}) or dict(root.unit_items()) != {ureg.get_name(name): 1}:
+        if dict(one.dimensionality) not in ({value: 1}, {}) or dict(root.unit_items()) != {
+            ureg.get_name(name): 1
+        }:
             raise _refuse(name, value, root)
         return
     reference = table.parse(value)
@@ -177,7 +196,10 @@ def _define(ureg) -> None:
     """Define into ``ureg`` the units and prefixes of units.txt it lacks; check those it has (a
     prefix is read on the second)."""
     lines = table.definitions()
-    for name, value, aliases, prefix in [*(d for d in lines if not d[3]), *(d for d in lines if d[3])]:
+    for name, value, aliases, prefix in [
+        *(d for d in lines if not d[3]),
+        *(d for d in lines if d[3]),
+    ]:
         probe, dash = ("second", "-") if prefix else ("", "")
         if _known(ureg, name + probe):
             _check(ureg, name, value, probe)

@@ -26,9 +26,15 @@ class NotReal(InputError):
 
 #: a term's binary operator → its Python operation (on numbers, and on sympy objects in a replay)
 _BINARY = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
-    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a**b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
 }
 
 
@@ -112,8 +118,12 @@ class Term:
         return Term("ge", (self, other))
 
     def __eq__(self, other):  # structural: terms are keys of the replay's memo
-        return self is other or (isinstance(other, Term) and self._hash == other._hash and self.op == other.op
-                                 and self.args == other.args)
+        return self is other or (
+            isinstance(other, Term)
+            and self._hash == other._hash
+            and self.op == other.op
+            and self.args == other.args
+        )
 
     def __hash__(self):
         return self._hash
@@ -257,6 +267,7 @@ _DECIMAL = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide",
 def _decimal_op(name: str):
     """The Decimal operation ``name`` of a number, to :data:`CONTEXT`'s precision; NaN where there
     is no finite real value."""
+
     def op(a):
         if a != a:
             return math.nan
@@ -264,19 +275,29 @@ def _decimal_op(name: str):
             return getattr(CONTEXT, name)(inexact(a))
         except decimal.DecimalException:
             return math.nan
+
     return op
 
 
 #: a term's other operators → their operation on numbers
 NUMBER_OPS = {
-    "max": lambda *a: max(a), "min": lambda *a: min(a), "eq": lambda a, b: a == b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-    "le": lambda a, b: a <= b, "and": lambda *a: all(a), "or": lambda *a: any(a),
-    "not": lambda a: not a, "mod": lambda a, b: whole(a % b) if b != 0 else math.nan,
+    "max": lambda *a: max(a),
+    "min": lambda *a: min(a),
+    "eq": lambda a, b: a == b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "le": lambda a, b: a <= b,
+    "and": lambda *a: all(a),
+    "or": lambda *a: any(a),
+    "not": lambda a: not a,
+    "mod": lambda a, b: whole(a % b) if b != 0 else math.nan,
     "ceiling": lambda a: math.ceil(a) if math.isfinite(a) else a,
     "floor": lambda a: math.floor(a) if math.isfinite(a) else a,
     "gcd": lambda a, b: _gcd(a, b),
     "value_at_max": lambda *a: _value_at_max(a),
-    "sqrt": _decimal_op("sqrt"), "exp": _decimal_op("exp"), "log": _decimal_op("ln"),
+    "sqrt": _decimal_op("sqrt"),
+    "exp": _decimal_op("exp"),
+    "log": _decimal_op("ln"),
 }
 
 
@@ -291,7 +312,9 @@ def _gcd(a, b):
     """The greatest common divisor of two exact numbers (of rationals: gcd of the numerators over
     lcm of the denominators)."""
     a, b = Fraction(a), Fraction(b)
-    return whole(Fraction(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator)))
+    return whole(
+        Fraction(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator))
+    )
 
 
 # --- numbers -----------------------------------------------------------------------------------

@@ -33,10 +33,19 @@ class _Definition:
     __slots__ = ("name", "symbol", "scale", "reference", "dimension")
 
     def __init__(self, name, symbol, scale, reference, dimension=None):
-        self.name, self.symbol, self.scale, self.reference, self.dimension = name, symbol, scale, reference, dimension
+        self.name, self.symbol, self.scale, self.reference, self.dimension = (
+            name,
+            symbol,
+            scale,
+            reference,
+            dimension,
+        )
 
 
-_TOKEN = re.compile(r"\s*(?:(-?\d+\.?\d*(?:[eE][+-]?\d+)?|-?\.\d+(?:[eE][+-]?\d+)?)|(\*\*|\^|[*/()·])|(%|[^\s*/()·^%]+))")
+_TOKEN = re.compile(
+    r"\s*(?:(-?\d+\.?\d*(?:[eE][+-]?\d+)?|-?\.\d+(?:[eE][+-]?\d+)?)"
+    r"|(\*\*|\^|[*/()·])|(%|[^\s*/()·^%]+))"
+)
 
 
 def _tokens(text: str) -> list:
@@ -81,7 +90,7 @@ def plain(text: str, one_name: bool = False) -> bool:
         if i >= len(tokens) or tokens[i][0] != "u" or not _NAME.fullmatch(tokens[i][1]):
             return False
         i += 1
-        if tokens[i:i + 1] == [("o", "**")]:
+        if tokens[i : i + 1] == [("o", "**")]:
             kind, power = tokens[i + 1] if i + 1 < len(tokens) else ("", None)
             if kind != "n" or type(power) is not int or not -9 <= power <= 9:
                 return False
@@ -113,11 +122,13 @@ class _Parsed:
         self.scale, self.items = scale, items
 
     def times(self, other, sign=1):
-        return _Parsed(self.scale * other.scale if sign > 0 else self.scale / other.scale,
-                       times(self.items, other.items, sign))
+        return _Parsed(
+            self.scale * other.scale if sign > 0 else self.scale / other.scale,
+            times(self.items, other.items, sign),
+        )
 
     def power(self, n):
-        return _Parsed(self.scale ** n, tuple((k, v * n) for k, v in self.items))
+        return _Parsed(self.scale**n, tuple((k, v * n) for k, v in self.items))
 
 
 def parse(text: str) -> _Parsed:
@@ -188,7 +199,10 @@ def definitions() -> list[tuple[str, str, list[str], bool]]:
 
 
 def _read() -> tuple[dict, dict]:
-    prefixes = {"": ("", "", 1)}  # key (name, symbol or alias) → (name, symbol, scale), in pint's order
+    # key (name, symbol or alias) → (name, symbol, scale), in pint's order
+    prefixes = {
+        "": ("", "", 1)
+    }
     units = {}  # key (name, symbol or alias) → _Definition
     for name, value, aliases, prefix in definitions():
         if prefix:
@@ -223,12 +237,13 @@ def name_of(text: str) -> str:
     for suffix in ("", "s"):
         for prefix, (pname, _, _) in PREFIXES.items():
             if text.startswith(prefix) and text.endswith(suffix):
-                name = text[len(prefix):]
+                name = text[len(prefix) :]
                 if suffix:
-                    name = name[:-len(suffix)]
+                    name = name[: -len(suffix)]
                     if len(name) == 1:
                         continue
-                if name in UNITS and not (pname and name in _PREFIXED):  # one prefix, as pint ("kilogigabyte")
+                # one prefix, as pint ("kilogigabyte")
+                if name in UNITS and not (pname and name in _PREFIXED):
                     candidates[(pname, UNITS[name].name)] = None
     for p, u in list(candidates):
         if p:
@@ -292,9 +307,12 @@ def factor(src: tuple, dst: tuple):
     """The number that converts a magnitude in ``src`` to ``dst``: pint's, by its operations
     (an DimensionalityError error where the dimensions differ)."""
     if dict(dimensionality(src)) != dict(dimensionality(dst)):
-        raise DimensionalityError(f"Cannot convert from '{format_units(src, ordered=False)}' "
-                                  f"({format_units(dimensionality(src), ordered=False)}) to '{format_units(dst, ordered=False)}' "
-                                  f"({format_units(dimensionality(dst), ordered=False)})")
+        raise DimensionalityError(
+            f"Cannot convert from '{format_units(src, ordered=False)}'"
+            f" ({format_units(dimensionality(src), ordered=False)}) to"
+            f" '{format_units(dst, ordered=False)}'"
+            f" ({format_units(dimensionality(dst), ordered=False)})"
+        )
     numerator, denominator = {}, {}
 
     def walk(items, exp):
@@ -324,10 +342,10 @@ def factor(src: tuple, dst: tuple):
     out = 1
     for k, n in numerator.items():
         if n != 0:
-            out *= k ** n
+            out *= k**n
     for k, n in denominator.items():
         if n != 0:
-            out *= k ** -n
+            out *= k**-n
     return out
 
 
@@ -355,9 +373,11 @@ def exact_factor(src: tuple, dst: tuple) -> Fraction:
 PRETTY = str.maketrans("0123456789-.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻\u22c5")
 
 #: formats of a unit: product, division, power, exponent
-_STYLES = {"D": ("{} * {}", "{} / {}", "{} ** {}", "{:n}".format),
-           "C": ("*", "{}/{}", "{}**{}", "{:n}".format),
-           "P": ("·", "{}/{}", "{}{}", lambda x: f"{x:n}".translate(PRETTY))}
+_STYLES = {
+    "D": ("{} * {}", "{} / {}", "{} ** {}", "{:n}".format),
+    "C": ("*", "{}/{}", "{}**{}", "{:n}".format),
+    "P": ("·", "{}/{}", "{}{}", lambda x: f"{x:n}".translate(PRETTY)),
+}
 
 
 def _join(fmt: str, items: list) -> str:

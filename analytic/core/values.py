@@ -89,11 +89,15 @@ def is_integral(x) -> bool:
     return isinstance(x, int) or x.denominator == 1
 
 
-_ADMITS = {"count": lambda v: is_integral(v) and 1 <= v <= MAX_COUNT,
-           "count0": lambda v: is_integral(v) and 0 <= v <= MAX_COUNT,
-           "positive": lambda v: v > 0, "nonnegative": lambda v: v >= 0,
-           "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1,
-           "one_or_more": lambda v: v >= 1}
+_ADMITS = {
+    "count": lambda v: is_integral(v) and 1 <= v <= MAX_COUNT,
+    "count0": lambda v: is_integral(v) and 0 <= v <= MAX_COUNT,
+    "positive": lambda v: v > 0,
+    "nonnegative": lambda v: v >= 0,
+    "fraction": lambda v: 0 < v <= 1,
+    "fraction0": lambda v: 0 <= v <= 1,
+    "one_or_more": lambda v: v >= 1,
+}
 
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 #: a number and what follows it (a unit where :func:`unit_table.plain` says so)
@@ -104,8 +108,10 @@ _PER = re.compile(rf"\s*({_NUMBER})\s*/\s*\(\s*({_NUMBER})\s*([^()]*?)\s*\)\s*",
 
 def _text(keyword: str, text: str) -> str:
     if len(text) > MAX_TEXT:
-        raise UnitError(f"{keyword}: a value of {len(text):,} characters; expected one number and one unit "
-                        f"in at most {MAX_TEXT}")
+        raise UnitError(
+            f"{keyword}: a value of {len(text):,} characters; expected one number and one unit "
+            f"in at most {MAX_TEXT}"
+        )
     return text
 
 
@@ -117,11 +123,16 @@ def parse_quantity(keyword: str, text: str):
     if per and unit_table.plain(per.group(3), one_name=True) and Fraction(per.group(2)):
         number, unit = Fraction(per.group(1)) / Fraction(per.group(2)), f"/{per.group(3)}"
         if number and not 1e-307 < abs(number) < 1e308:
-            raise InputError(f"{keyword}: {text!r} is outside the magnitudes the library computes with")
+            raise InputError(
+                f"{keyword}: {text!r} is outside the magnitudes the library computes with"
+            )
         return number, unit
     m = _QUANTITY.fullmatch(_text(keyword, text))
     if not m or m.group(2) and not unit_table.plain(m.group(2)):
-        raise UnitError(f"{keyword}: cannot read {text!r} as one number with one unit (e.g. '50 GB/s', '5 us', '405e9')")
+        raise UnitError(
+            f"{keyword}: cannot read {text!r} as one number with one unit (e.g. '50 GB/s', '5 us',"
+            " '405e9')"
+        )
     number = Fraction(m.group(1))
     if number and not 1e-307 < abs(number) < 1e308:  # beyond float64, before any unit conversion
         raise InputError(f"{keyword}: {text!r} is outside the magnitudes the library computes with")
@@ -152,14 +163,21 @@ def quantity(keyword: str, value):
     try:
         return data(value)
     except UnitError:  # a unit of another registry that units.txt does not define
-        raise UnitError(f"{keyword}: {value!r} comes from another pint registry and its unit {str(value.units)!r} "
-                        "is not defined in analytic's; pass analytic's Quantity (an.Q_) or a string") from None
+        raise UnitError(
+            f"{keyword}: {value!r} comes from another pint registry and its unit"
+            f" {str(value.units)!r} is not defined in analytic's; pass analytic's Quantity (an.Q_)"
+            " or a string"
+        ) from None
 
 
 def as_quantity(keyword: str, value) -> Quantity:
     """:func:`quantity`, a plain number as a dimensionless Quantity."""
     q = quantity(keyword, value)
-    return q if isinstance(q, Quantity) else Quantity(number_value(q) if isinstance(q, Fraction) else q)
+    return (
+        q
+        if isinstance(q, Quantity)
+        else Quantity(number_value(q) if isinstance(q, Fraction) else q)
+    )
 
 
 def number_value(x: Fraction):
@@ -215,6 +233,7 @@ def exact(x):
         return x
     n = exact_number(x)
     import sympy
+
     return sympy.Integer(n) if isinstance(n, int) else sympy.Rational(n.numerator, n.denominator)
 
 
@@ -222,8 +241,10 @@ def in_range(keyword: str, value, shown):
     """``value`` if its size is between TINY and HUGE (or zero)."""
     size = abs(value)
     if size > HUGE or (size != 0 and size < TINY):
-        raise InputError(f"{keyword}: {show(shown)} is outside the magnitudes the library computes with "
-                         f"({TINY:g} to {HUGE:g} in the symbol's unit)")
+        raise InputError(
+            f"{keyword}: {show(shown)} is outside the magnitudes the library computes with "
+            f"({TINY:g} to {HUGE:g} in the symbol's unit)"
+        )
     return value
 
 
@@ -236,11 +257,17 @@ def check_domain(keyword: str, domain, value, shown=None):
     if isinstance(domain, tuple):  # ("choice", options)
         options = domain[1]
         if not (is_integral(value) and 0 <= value < len(options)):
-            raise InputError(f"{keyword}: expected an index 0–{len(options) - 1} "
-                             f"({', '.join(f'{i} {o}' for i, o in enumerate(options))}), got {show(shown)}")
+            raise InputError(
+                f"{keyword}: expected an index 0–{len(options) - 1} "
+                f"({', '.join(f'{i} {o}' for i, o in enumerate(options))}), got {show(shown)}"
+            )
         return value
     if not _ADMITS[domain](value):
-        extra = f" (at most {MAX_COUNT:,})" if domain.startswith("count") and is_integral(value) and value > 0 else ""
+        extra = (
+            f" (at most {MAX_COUNT:,})"
+            if domain.startswith("count") and is_integral(value) and value > 0
+            else ""
+        )
         raise InputError(f"{keyword}: expected {DOMAINS[domain]}{extra}, got {show(shown)}")
     return value
 
@@ -279,8 +306,10 @@ def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, 
     elif isinstance(value, str) or is_quantity(value):  # a quantity of tokens ('16 Mitoken')
         q = quantity(name, value)
         if not isinstance(q, Quantity) or q.dimensionality != {"[token]": 1}:
-            raise UnitError(f"{name}: expected a token count such as 16M, 16Mi or 16777216, or a quantity in tok, "
-                            f"got {show(value)}")
+            raise UnitError(
+                f"{name}: expected a token count such as 16M, 16Mi or 16777216, or a quantity in"
+                f" tok, got {show(value)}"
+            )
         number, suffix = exact_number(q.to("token").magnitude), None
     else:
         number, suffix = exact_number(value), None
@@ -302,15 +331,24 @@ def fraction(name: str, value, *, upper: float | None = 1.0):
     except InputError as exc:
         raise InputError(f"{name}: {exc}") from None
     if not (x > 0 and (upper is None or x <= upper)) or abs(x) > HUGE:
-        raise InputError(f"{name}: expected a number in " + (f"(0, {upper:g}]" if upper else "(0, ∞)") + f", got {value!r}")
+        raise InputError(
+            f"{name}: expected a number in "
+            + (f"(0, {upper:g}]" if upper else "(0, ∞)")
+            + f", got {value!r}"
+        )
     return x
 
 
 def share(name: str, value):
     """A number in [0, 1] (a share of something; 0 is none) as :func:`fraction` gives it."""
     try:
-        read = quantity(name, value) if isinstance(value, str) else value  # '0' as the number it writes
-        x = 0 if not isinstance(read, bool) and is_number(read) and read == 0 else fraction(name, value)
+        # '0' as the number it writes
+        read = quantity(name, value) if isinstance(value, str) else value
+        x = (
+            0
+            if not isinstance(read, bool) and is_number(read) and read == 0
+            else fraction(name, value)
+        )
     except InputError:
         x = None
     if x is None or not is_number(x):
@@ -321,7 +359,9 @@ def share(name: str, value):
 def choice(name: str, value, options):
     """``value`` if it is one of the (string) ``options``."""
     if not isinstance(value, str) or value not in options:
-        raise InputError(f"{name}: expected one of {', '.join(map(repr, options))}, got {shown(value)}")
+        raise InputError(
+            f"{name}: expected one of {', '.join(map(repr, options))}, got {shown(value)}"
+        )
     return value
 
 
@@ -334,7 +374,9 @@ def flag(name: str, value) -> bool:
 
 def distinct(name: str, values) -> tuple:
     """``values`` as a tuple, refused when empty or when a value repeats."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset, range)):
+    if isinstance(values, (str, bytes)) or not isinstance(
+        values, (list, tuple, set, frozenset, range)
+    ):
         raise InputError(f"{name}: expected a list or tuple of choices, got {values!r}")
     values = tuple(values)
     if not values:

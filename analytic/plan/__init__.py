@@ -38,10 +38,33 @@ from .layout import (
 #: public name → the module that defines it, imported when the name is first used
 _LAZY = {"Memory": "core", "Plan": "core"}
 
-__all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
-           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_offload", "check_sequence", "dispatcher_of", "divisors", "fp8_recipe_of", "hybrid_refusal", "optimizer_refusal", "regime", "selective_refusal", "stack_refusal",
-           "sequence_parallel_default", "sequence_unit",
-           "tiles", "training_dtype"]
+__all__ = [
+    "AXES",
+    "CONVENTIONS",
+    "Layout",
+    "Memory",
+    "Plan",
+    "RECOMPUTE",
+    "SCHEDULES",
+    "TRAINING_DTYPES",
+    "ZERO3_GATHERS",
+    "check_comm_sms",
+    "check_layout",
+    "check_offload",
+    "check_sequence",
+    "dispatcher_of",
+    "divisors",
+    "fp8_recipe_of",
+    "hybrid_refusal",
+    "optimizer_refusal",
+    "regime",
+    "selective_refusal",
+    "stack_refusal",
+    "sequence_parallel_default",
+    "sequence_unit",
+    "tiles",
+    "training_dtype",
+]
 
 
 def __getattr__(name: str):

@@ -19,19 +19,65 @@ def read(keyword: str, value):
     formulas = sys.modules.get("analytic.core.formula")  # not imported: no value is a Formula
     if is_sympy(value) or (formulas is not None and isinstance(value, formulas.Formula)):
         from ..core.formula import magnitude
+
         return magnitude(keyword, value)
     return read_magnitude(keyword, value)
 
 
 #: the hardware and calibration inputs a Plan keyword may replace
-OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "outside_bytes", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
-             "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
-             "matmul_efficiency", "matmul_efficiency_16", "stack_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
-             "routing_imbalance",
-             "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
-             "attention_efficiency", "attention_factor", "tile_m", "tile_n")
-ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
-             "training_tokens", "allow_cross_node_tp", "grad_dtype", "moment_dtype", "stack", "profile", "optimizer",
-             "fp8_recipe", "dispatcher", "bf16_layers", "expert_capacity", "pad_to_capacity")
+OVERRIDES = (
+    "peak_flops",
+    "peak_flops_16",
+    "sms",
+    "hbm",
+    "outside_bytes",
+    "scale_up_bandwidth",
+    "scale_out_bandwidth",
+    "gpus_per_node",
+    "scale_up_domain",
+    "scale_up_latency",
+    "scale_out_latency",
+    "scale_up_efficiency",
+    "scale_out_efficiency",
+    "matmul_efficiency",
+    "matmul_efficiency_16",
+    "stack_efficiency",
+    "link_efficiency",
+    "latency",
+    "overlap",
+    "interruption_rate",
+    "routing_imbalance",
+    "checkpoint_time",
+    "restart_time",
+    "checkpoint_write_time",
+    "element_bytes",
+    "loss_bytes",
+    "hbm_bandwidth",
+    "memory_efficiency",
+    "attention_efficiency",
+    "attention_factor",
+    "tile_m",
+    "tile_n",
+)
+ARGUMENTS = (
+    "seq_len",
+    "global_batch",
+    "microbatch_size",
+    "dtype",
+    "batch_tokens",
+    "flash_attention",
+    "training_tokens",
+    "allow_cross_node_tp",
+    "grad_dtype",
+    "moment_dtype",
+    "stack",
+    "profile",
+    "optimizer",
+    "fp8_recipe",
+    "dispatcher",
+    "bf16_layers",
+    "expert_capacity",
+    "pad_to_capacity",
+)
 #: the constants of the predictive model that come with the stack's calibration
 CALIBRATED = ("stack_efficiency", "overlap", "attention_factor")

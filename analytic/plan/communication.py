@@ -185,9 +185,8 @@ def _tensor_parallel(inp: Inputs) -> dict:
             _collectives(inp, "reduce_scatter", msg, calls, *group),
             _collectives(inp, "all_gather", gathered, calls, *group),
         )
-    if (
-        inp.qk_gathered
-    ):  # the normalised queries and keys gathered each forward, their gradients each backward
+    # the normalised queries and keys gathered each forward, their gradients each backward
+    if inp.qk_gathered:
         layers = _layers_local(inp) * inp.microbatches
         forwards = lay.full_recomputed(inp.recomputed) + 1
         out = _plus(
@@ -256,28 +255,32 @@ def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) 
     lay, mb = inp.deg, inp.microbatches
     buckets = _layers_local(inp)
     out = {}
+    # 16-bit: what the all-gathers carry
     weights = inp.f(
         "parallelism.dp.gradient_bytes", params=local
-    )  # 16-bit: what the all-gathers carry
+    )
     fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Quantity(4, "byte"))
+    # fp32 buffers reduce in fp32
     grad = cases(
         "gradients", "byte", (fp32, inp.fp32_grads), (weights, True)
-    )  # fp32 buffers reduce in fp32
+    )
     ar, rs = (
         _collectives(inp, kind, grad / buckets, buckets, size, stride_)
         for kind in ("all_reduce", "reduce_scatter")
     )
     ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)
+    # ZeRO-3's parameter gathers, and how many
     ag3, gathers = ag, lay.zero3_gathers_per_microbatch(
         inp.recomputed
-    )  # ZeRO-3's parameter gathers, and how many
+    )
     if lay.per_tensor_gathers:
         ag3 = _collectives(inp, "all_gather", weights / local_tensors, local_tensors, size, stride_)
     stage3 = lay.zero_at_least(3)
     for k, unit in (("bytes", "byte"), ("time", "s")):
+        # under a pipeline, as lay.dp_regimes
         held = cases(
             k, unit, (ag3[k], stage3), (ag[k], True)
-        )  # under a pipeline, as lay.dp_regimes
+        )
         values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
         out[k] = cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
     if lay.per_tensor_gathers:
@@ -419,10 +422,11 @@ def _expert_parallel(inp: Inputs) -> dict:
     tokens, dispatch_e, calls = _routed(inp)
     g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp.deg, "ep")
+    # the dispatch in its dtype, the combine in 16 bits
     pair = (
         dispatch_e,
         inp.values["element_bytes"],
-    )  # the dispatch in its dtype, the combine in 16 bits
+    )
     plain = _plus(
         *(
             _collectives(
@@ -472,9 +476,10 @@ def _expert_parallel(inp: Inputs) -> dict:
     )
     if link != "symbolic":
         return limited
+    # decided per layout: inside a node, or node-limited across nodes
     inside = Le(
         lay.ep * stride_, g
-    )  # decided per layout: inside a node, or node-limited across nodes
+    )
     return {
         k: cases(k, plain[k].unit, (plain[k], inside), (limited[k], True))
         for k in ("bytes", "time")

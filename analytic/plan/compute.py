@@ -21,8 +21,11 @@ def model_flops(inp: Inputs, convention: str) -> Formula:
     if convention == "6nd":
         return inp.f("compute.training_flops", params=m.active_params_formula(), tokens=tokens)
     if convention == "palm":
-        palm = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=m.active_params_formula(),
-                     layers=m.attention_layers)
+        palm = inp.f(
+            f"compute.flops_per_token_palm{m.attention_suffix}",
+            params=m.active_params_formula(),
+            layers=m.attention_layers,
+        )
         return (palm + _scans(inp, m.mamba_blocks)) * tokens
     if convention == "megatron-core":
         return _megatron_core(inp) * tokens
@@ -37,8 +40,9 @@ def _megatron_core(inp: Inputs) -> Formula:
     no MTP."""
     m, f = inp.model, inp.f
     mtp = 0 if m.is_hybrid else m.mtp_modules
-    params = (f("model.params.attention" + ("_mla" if m.attention == "mla" else ""))
-              * (m.attention_layers + mtp) + f("model.params.embedding") * (1 + mtp))
+    params = f("model.params.attention" + ("_mla" if m.attention == "mla" else "")) * (
+        m.attention_layers + mtp
+    ) + f("model.params.embedding") * (1 + mtp)
     dense = m.dense_blocks - (m.mtp_modules if m.is_hybrid and not m.is_moe else 0)
     params = params + f(f"model.params.mlp.{m.mlp_formulas}") * dense
     if m.is_moe:
@@ -48,8 +52,11 @@ def _megatron_core(inp: Inputs) -> Formula:
         params = params + moe * (m.moe_layers if m.is_hybrid else m.moe_blocks)
     if mtp:
         params = params + (f("model.params.mtp_projection") + f("model.params.norm.rmsnorm")) * mtp
-    per_token = f(f"compute.flops_per_token_megatron_core{m.attention_suffix}", params=params,
-                  layers=m.attention_layers + mtp)
+    per_token = f(
+        f"compute.flops_per_token_megatron_core{m.attention_suffix}",
+        params=params,
+        layers=m.attention_layers + mtp,
+    )
     if m.mamba_blocks:
         per_token = per_token + f("compute.megatron_core_mamba_flops_per_token") * m.mamba_blocks
     return per_token
@@ -61,14 +68,31 @@ def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formul
     up-projections), or under the op-level policy every second matmul's."""
     lay, m = inp.deg, inp.model
     if inp.selective == "op":
-        selective = inp.f("compute.recompute.op_sac_flops_per_token") * m.blocks * inp.tokens_per_step
-        return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
-                                (selective, lay.recompute_is("selective")), (0, True))
+        selective = (
+            inp.f("compute.recompute.op_sac_flops_per_token") * m.blocks * inp.tokens_per_step
+        )
+        return training + cases(
+            "recomputed",
+            training.unit,
+            (training / 3 * inp.recomputed, lay.recompute_is("full")),
+            (selective, lay.recompute_is("selective")),
+            (0, True),
+        )
     modules = cases("core", training.unit, (core_forward, lay.core_recomputed), (0, True))
     if not is_false(lay.up_proj_recomputed):
-        modules = modules + inp.f("compute.recompute.mla_up_proj_flops_per_token") * m.blocks * inp.tokens_per_step
-    return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
-                            (modules, lay.recompute_is("selective")), (0, True))
+        modules = (
+            modules
+            + inp.f("compute.recompute.mla_up_proj_flops_per_token")
+            * m.blocks
+            * inp.tokens_per_step
+        )
+    return training + cases(
+        "recomputed",
+        training.unit,
+        (training / 3 * inp.recomputed, lay.recompute_is("full")),
+        (modules, lay.recompute_is("selective")),
+        (0, True),
+    )
 
 
 def _scans(inp: Inputs, layers) -> Formula:
@@ -83,8 +107,13 @@ def _attention_core(inp: Inputs) -> Formula:
     """Forward FLOPs of every attention core (MTP blocks included) and Mamba-2 scan over the step's
     tokens."""
     m = inp.model
-    core = inp.f(f"compute.attention_core_forward_flops_per_token{m.attention_suffix}") * m.attention_blocks
-    return (core + _scans(inp, m.mamba_blocks) / 3 if m.mamba_blocks else core) * inp.tokens_per_step
+    core = (
+        inp.f(f"compute.attention_core_forward_flops_per_token{m.attention_suffix}")
+        * m.attention_blocks
+    )
+    return (
+        core + _scans(inp, m.mamba_blocks) / 3 if m.mamba_blocks else core
+    ) * inp.tokens_per_step
 
 
 def _flash_backward(inp: Inputs) -> Formula:
@@ -92,8 +121,11 @@ def _flash_backward(inp: Inputs) -> Formula:
     if not inp.flash_attention:
         return Formula("0", 0, "FLOP", "")
     m = inp.model
-    return (inp.f(f"compute.flash_backward_recompute_flops_per_token{m.attention_suffix}")
-            * m.attention_blocks * inp.tokens_per_step)
+    return (
+        inp.f(f"compute.flash_backward_recompute_flops_per_token{m.attention_suffix}")
+        * m.attention_blocks
+        * inp.tokens_per_step
+    )
 
 
 def hardware_flops(inp: Inputs) -> Formula:
@@ -104,10 +136,20 @@ def hardware_flops(inp: Inputs) -> Formula:
     m = inp.model
     params = m.active_params_formula()
     if m.mtp_modules:
-        params = params + m.mtp_params_formula(active=True) + inp.f("model.params.embedding") * m.mtp_modules
+        params = (
+            params
+            + m.mtp_params_formula(active=True)
+            + inp.f("model.params.embedding") * m.mtp_modules
+        )
     if inp.expert_capacity is not None:
         padded = inp.routed_topk - m.topk  # copies of a token beyond its k, in every MoE block
         params = params + m.routed_experts_formula() * m.moe_blocks * padded / m.experts
-    per_token = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=params, layers=m.attention_blocks)
+    per_token = inp.f(
+        f"compute.flops_per_token_palm{m.attention_suffix}",
+        params=params,
+        layers=m.attention_blocks,
+    )
     per_token = per_token + _scans(inp, m.mamba_blocks) if m.mamba_blocks else per_token
-    return _recomputed(inp, per_token * inp.tokens_per_step, _attention_core(inp)) + _flash_backward(inp)
+    return _recomputed(
+        inp, per_token * inp.tokens_per_step, _attention_core(inp)
+    ) + _flash_backward(inp)

@@ -33,6 +33,7 @@ class Degrees:
             self.condition = lambda c: c if type(c) is Term else bool(c)
         else:
             import sympy
+
             number = self.condition = sympy.sympify
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             setattr(self, k, number(getattr(layout, k)))
@@ -41,14 +42,21 @@ class Degrees:
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
         self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
         self.comm_sms = number(layout.comm_sms)
-        self.zero, self.rc, self.schedule = (x if numeric else number(x) for x in choice_indices(layout).values())
+        self.zero, self.rc, self.schedule = (
+            x if numeric else number(x) for x in choice_indices(layout).values()
+        )
         modules = layout.recompute_modules
         #: condition: selective recomputation runs the attention core again (Megatron-Core's default
         #: module)
-        self.core_recomputed = (self.recompute_is("selective") if not modules or "core_attn" in modules
-                                else self.condition(False))
+        self.core_recomputed = (
+            self.recompute_is("selective")
+            if not modules or "core_attn" in modules
+            else self.condition(False)
+        )
         #: condition: selective recomputation runs MLA's up-projections again
-        self.up_proj_recomputed = self.recompute_is("selective") if "mla_up_proj" in modules else self.condition(False)
+        self.up_proj_recomputed = (
+            self.recompute_is("selective") if "mla_up_proj" in modules else self.condition(False)
+        )
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
     def zero3_gathers_per_microbatch(self, recomputed) -> Formula:
@@ -70,12 +78,16 @@ class Degrees:
 
     def schedule_is(self, *names):
         """Condition: the schedule is one of ``names``."""
-        return self.condition(algebra.Or(*(algebra.Eq(self.schedule, SCHEDULES.index(n)) for n in names)))
+        return self.condition(
+            algebra.Or(*(algebra.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
+        )
 
     def recompute_is(self, name: str):
         """Condition: the recomputation policy is ``name``."""
         index = RECOMPUTE.index(name)
-        return self.condition(self.rc == index) if is_number(self.rc) else algebra.Eq(self.rc, index)
+        return (
+            self.condition(self.rc == index) if is_number(self.rc) else algebra.Eq(self.rc, index)
+        )
 
     def zero_at_least(self, stage: int):
         """Condition: ZeRO stage ≥ ``stage``."""
@@ -89,9 +101,18 @@ class Degrees:
     def _conditions(self, regimes: tuple) -> tuple:
         """``regimes`` (:data:`~analytic.plan.layout.DP_REGIMES`) as (label, condition) pairs."""
         true = self.condition(True)
-        piped = {True: self.pipelined, False: self.condition(algebra.Not(self.pipelined)), None: true}
-        return tuple((label, self.condition(algebra.And(self.zero_at_least(zero) if zero else true, piped[p])))
-                     for label, zero, p in regimes)
+        piped = {
+            True: self.pipelined,
+            False: self.condition(algebra.Not(self.pipelined)),
+            None: true,
+        }
+        return tuple(
+            (
+                label,
+                self.condition(algebra.And(self.zero_at_least(zero) if zero else true, piped[p])),
+            )
+            for label, zero, p in regimes
+        )
 
     @property
     def dp_regimes(self) -> tuple:

@@ -20,11 +20,16 @@ def optimizer_state(inp: Inputs, local, ends) -> Formula:
     """Bytes of the optimizer's state and fp32 master weights of ``local`` parameters (unsharded):
     Adam's, or Muon's on all but ``ends`` (the embedding and output layer among them, or None),
     which take AdamW."""
-    adam = formula("memory.model_states." + ("optimizer_bf16_moments" if inp.moment_dtype == "bf16" else "optimizer"))
+    adam = formula(
+        "memory.model_states."
+        + ("optimizer_bf16_moments" if inp.moment_dtype == "bf16" else "optimizer")
+    )
     if inp.optimizer != "muon":
         return adam.subs(params=local)
     matrices = local if ends is None else local - ends
-    muon = formula("memory.model_states.optimizer_muon").subs(params=matrices, moment_bytes=inp.moment_bytes)
+    muon = formula("memory.model_states.optimizer_muon").subs(
+        params=matrices, moment_bytes=inp.moment_bytes
+    )
     return muon if ends is None else muon + adam.subs(params=ends)
 
 
@@ -43,47 +48,82 @@ def model_states(inp: Inputs, params: dict) -> dict:
     for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
         total = None
         for i, (local, dp) in enumerate(groups):
-            if part == "optimizer":  # the ends (the embedding and the output layer) are the dense group's
+            # the ends (the embedding and the output layer) are the dense group's
+            if part == "optimizer":
                 f = optimizer_state(inp, local, params.get("ends_local") if i == 0 else None)
             else:
                 f = formula(f"memory.model_states.{part}").subs(params=local)
             if part == "gradients":
-                f = cases(part, "byte", (formula("memory.model_states.gradients_fp32").subs(params=local), inp.fp32_grads),
-                          (f, True))
+                f = cases(
+                    part,
+                    "byte",
+                    (
+                        formula("memory.model_states.gradients_fp32").subs(params=local),
+                        inp.fp32_grads,
+                    ),
+                    (f, True),
+                )
             f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
             total = f if total is None else total + f
         parts[part] = total
     if inp.zero_optimizer:
-        if inp.layout.offload_optimizer:  # ZeRO-Offload reduces the partition's gradients into the host's fp32
+        # ZeRO-Offload reduces the partition's gradients into the host's fp32
+        if inp.layout.offload_optimizer:
             # copy from ZeRO-2, and below ZeRO-3 keeps a device buffer of the largest parameter to
             # stage them through
             staging = inp.f("memory.offload.zero_offload_staging")
-            parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(3)),
-                                       (staging, lay.zero_at_least(2)), (parts["gradients"] + staging, True))
-        parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)  # the backward's, ZeRO-3's for good
-    if inp.fp8_weight_cache and inp.low_precision:  # Transformer Engine's quantised weights and transposes
-        cache = inp.f(inp.recipe["weight_cache"], params=(params["per_gpu"] - params["ends_local"]) * (1 - inp.kept_16))
-        parts["weights"] = parts["weights"] + cases("weights", "byte", (_zero("weights"), lay.zero_at_least(3)),
-                                                    (cache, True))
+            parts["gradients"] = cases(
+                "gradients",
+                "byte",
+                (_zero("gradients"), lay.zero_at_least(3)),
+                (staging, lay.zero_at_least(2)),
+                (parts["gradients"] + staging, True),
+            )
+        # the backward's, ZeRO-3's for good
+        parts["gradients"] = parts["gradients"] + _reduce_bucket(
+            inp, 1
+        )
+    # Transformer Engine's quantised weights and transposes
+    if inp.fp8_weight_cache and inp.low_precision:
+        cache = inp.f(
+            inp.recipe["weight_cache"],
+            params=(params["per_gpu"] - params["ends_local"]) * (1 - inp.kept_16),
+        )
+        parts["weights"] = parts["weights"] + cases(
+            "weights", "byte", (_zero("weights"), lay.zero_at_least(3)), (cache, True)
+        )
     if inp.layout.offload_optimizer:
-        parts["optimizer"] = inp.f("memory.offload.device_optimizer", optimizer_bytes=parts["optimizer"],
-                                   optimizer_offload=inp.layout.offload_optimizer)
+        parts["optimizer"] = inp.f(
+            "memory.offload.device_optimizer",
+            optimizer_bytes=parts["optimizer"],
+            optimizer_offload=inp.layout.offload_optimizer,
+        )
     # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
     # from the first microbatch to the last backward; without a pipeline, blocks come and go
     stage = params["per_gpu"]
     fp32 = inp.fsdp_reduce_dtype == "fp32"  # FSDP2 accumulates unsharded gradients in it
     held = inp.f("memory.zero3_held_fp32_gradients" if fp32 else "memory.zero3_held", params=stage)
     unit = stage / params["blocks"]  # one block's share
-    value = {"memory.zero3_held": held, "memory.zero3_gathered": inp.f("memory.zero3_gathered", params=unit), None: 0}
-    parts["gathered"] = cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
+    value = {
+        "memory.zero3_held": held,
+        "memory.zero3_gathered": inp.f("memory.zero3_gathered", params=unit),
+        None: 0,
+    }
+    parts["gathered"] = cases(
+        "gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes)
+    )
     return parts
 
 
 def _reduce_bucket(inp: Inputs, from_zero: int) -> Formula:
     """DeepSpeed's reduce bucket (memory.zero_reduce_bucket) where the ZeRO stage is at least
     ``from_zero``."""
-    return cases("gradients", "byte", (inp.f("memory.zero_reduce_bucket"), inp.deg.zero_at_least(from_zero)),
-                 (_zero("gradients"), True))
+    return cases(
+        "gradients",
+        "byte",
+        (inp.f("memory.zero_reduce_bucket"), inp.deg.zero_at_least(from_zero)),
+        (_zero("gradients"), True),
+    )
 
 
 def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
@@ -94,23 +134,38 @@ def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
     lay, m = inp.deg, inp.model
     kw = {"seq_len": inp.seq_len / lay.cp}
     if m.kv_heads != m.heads and not inp.flash_attention:
-        raise InputError("flash_attention: the Korthikanti formulas assume multi-head attention; "
-                         "use flash_attention=True for GQA models")
+        raise InputError(
+            "flash_attention: the Korthikanti formulas assume multi-head attention; "
+            "use flash_attention=True for GQA models"
+        )
     if not inp.flash_attention and m.mlp != "gelu":
-        raise InputError("flash_attention: the Korthikanti formulas assume a GELU MLP; use flash_attention=True")
+        raise InputError(
+            "flash_attention: the Korthikanti formulas assume a GELU MLP; use flash_attention=True"
+        )
     sp = "_sp" if lay.sequence_parallel else ""
     if not inp.flash_attention:
-        return cases("layer", "byte", (inp.f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
-                     (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
+        return cases(
+            "layer",
+            "byte",
+            (
+                inp.f(f"memory.activations.layer_tp{sp}_selective", **kw),
+                lay.recompute_is("selective"),
+            ),
+            (inp.f(f"memory.activations.layer_tp{sp}", **kw), True),
+        )
     if m.is_hybrid:
         return _hybrid_layer(inp, sp, kw)
     if m.attention == "mla" or m.is_moe:
         return _halves(inp, moe, sp, kw)
-    layer = _stack_extras(inp, inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw), sp, kw)
-    if inp.selective != "op":  # a fused kernel recomputes the attention core anyway: nothing more is saved
+    layer = _stack_extras(
+        inp, inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw), sp, kw
+    )
+    # a fused kernel recomputes the attention core anyway: nothing more is saved
+    if inp.selective != "op":
         return _less_freed(inp, layer, sp, kw, moe=False)
     # op-level checkpointing recomputes the all-gathers: no gathered input is saved under it
-    op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{'_compiled' if inp.compiled_blocks else ''}{sp}", **kw)
+    compiled = "_compiled" if inp.compiled_blocks else ""
+    op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{compiled}{sp}", **kw)
     return cases("layer", "byte", (op, lay.recompute_is("selective")), (layer, True))
 
 
@@ -127,7 +182,9 @@ def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
     """An MLA or MoE model's layer: its attention half plus its MLP half (the MoE one, or a dense
     one), less what the recompute modules free."""
     m = inp.model
-    attention = inp.f(f"memory.activations.attention_{'mla' if m.attention == 'mla' else 'gqa'}{sp}", **kw)
+    attention = inp.f(
+        f"memory.activations.attention_{'mla' if m.attention == 'mla' else 'gqa'}{sp}", **kw
+    )
     layer = attention + _mlp_half(inp, moe, sp, kw)
     return _less_freed(inp, _stack_extras(inp, layer, sp, kw), sp, kw, moe)
 
@@ -138,9 +195,14 @@ def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
     recompute modules are counted for transformer blocks only and not here)."""
     m = inp.model
     if inp.layout.fp8_activations or inp.layout.recompute_modules:
-        raise InputError("recompute_modules: selective modules and FP8 activation caching are modelled for "
-                         "transformer blocks, not a hybrid model's layers")
-    kinds = {"*": inp.f(f"memory.activations.attention_gqa{sp}", **kw), "-": _mlp_half(inp, False, sp, kw)}
+        raise InputError(
+            "recompute_modules: selective modules and FP8 activation caching are modelled for "
+            "transformer blocks, not a hybrid model's layers"
+        )
+    kinds = {
+        "*": inp.f(f"memory.activations.attention_gqa{sp}", **kw),
+        "-": _mlp_half(inp, False, sp, kw),
+    }
     if m.mamba_blocks:
         kinds["M"] = inp.f(f"memory.activations.mamba2{sp}", **kw)
     if m.is_moe:
@@ -153,10 +215,18 @@ def _stack_extras(inp: Inputs, layer: Formula, sp: str, kw: dict) -> Formula:
     """``layer`` plus what the stack's layer saves beyond the fused count: its extras
     (memory.activations.legacy.*) and, where sequence-parallel matmuls save their gathered inputs,
     the norms' outputs whole (memory.activations.gathered.*)."""
-    extra = [inp.f(f"memory.activations.legacy.{name}{sp if name == 'dropout_masks' else ''}", **kw)
-             for name in inp.saved_extra if name != "silu_output" or inp.model.mlp_formulas == "swiglu"]
+    extra = [
+        inp.f(f"memory.activations.legacy.{name}{sp if name == 'dropout_masks' else ''}", **kw)
+        for name in inp.saved_extra
+        if name != "silu_output" or inp.model.mlp_formulas == "swiglu"
+    ]
     if inp.sp_saved_inputs == "gathered" and inp.layout.sequence_parallel:
-        extra.append(inp.f(f"memory.activations.gathered.norm_outputs{'_fp8' if inp.dtype == 'fp8' else ''}", **kw))
+        extra.append(
+            inp.f(
+                f"memory.activations.gathered.norm_outputs{'_fp8' if inp.dtype == 'fp8' else ''}",
+                **kw,
+            )
+        )
     return sum(extra, layer)
 
 
@@ -166,18 +236,32 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
     m, lay = inp.model, inp.layout
     modules = lay.recompute_modules
     # core_attn frees nothing: a fused kernel recomputes the attention core anyway
-    names = {"core_attn": None, "layernorm": f"layernorm{sp}", "mla_up_proj": f"mla_up_proj{sp}",
-             "moe_act": "moe_act" if moe else None}
+    names = {
+        "core_attn": None,
+        "layernorm": f"layernorm{sp}",
+        "mla_up_proj": f"mla_up_proj{sp}",
+        "moe_act": "moe_act" if moe else None,
+    }
     routed = {"topk": inp.busiest_topk}  # a token's copies the busiest rank's experts hold (padded)
-    freed = [inp.f(f"memory.activations.freed.{names[n]}", **kw, **(routed if n == "moe_act" else {}))
-             for n in modules if names[n]]
+    freed = [
+        inp.f(f"memory.activations.freed.{names[n]}", **kw, **(routed if n == "moe_act" else {}))
+        for n in modules
+        if names[n]
+    ]
     if freed:
-        layer = cases("layer", "byte", (layer - sum(freed[1:], freed[0]), inp.deg.recompute_is("selective")),
-                      (layer, True))
+        layer = cases(
+            "layer",
+            "byte",
+            (layer - sum(freed[1:], freed[0]), inp.deg.recompute_is("selective")),
+            (layer, True),
+        )
     if not lay.fp8_activations:
         return layer
     if m.mlp_formulas != "swiglu":  # the cached tensors are a SwiGLU's inputs and products
-        raise InputError(f"fp8_activations: caching in FP8 (DeepSeek-V3 §3.3.2) is counted for SwiGLU MLPs, not {m.mlp!r}")
+        raise InputError(
+            "fp8_activations: caching in FP8 (DeepSeek-V3 §3.3.2) is counted for SwiGLU MLPs, not"
+            f" {m.mlp!r}"
+        )
     # experts' widths as multiples of one's (the busiest rank's copies of a token need not be whole)
     width, copies = (m.ffn_hidden, 1)
     if moe:
@@ -225,10 +309,16 @@ def stage_params(inp: Inputs, k) -> dict:
     start = Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
     rest, experts = m.stage_params_formulas(start, layers, is_first, is_last)
     dense_local, expert_local = rest / lay.tp, experts / (lay.etp * lay.ep)
-    return {"dense_local": dense_local, "expert_local": expert_local, "per_gpu": dense_local + expert_local,
-            "ends_local": m.stage_ends_formula(is_first, is_last) / lay.tp,
-            "layers": layers, "blocks": layers + Piecewise((m.mtp_layers, is_last), (0, True)),
-            "first": is_first, "last": is_last}
+    return {
+        "dense_local": dense_local,
+        "expert_local": expert_local,
+        "per_gpu": dense_local + expert_local,
+        "ends_local": m.stage_ends_formula(is_first, is_last) / lay.tp,
+        "layers": layers,
+        "blocks": layers + Piecewise((m.mtp_layers, is_last), (0, True)),
+        "first": is_first,
+        "last": is_last,
+    }
 
 
 def rank_params(inp: Inputs, k) -> dict:
@@ -243,10 +333,14 @@ def rank_params(inp: Inputs, k) -> dict:
     mirror = formula("pipeline.mirror_stage.dualpipe").bind({"pp": inp.deg.pp, "stage": k})
     other = stage_params(inp, mirror.term)
     for key in ("dense_local", "expert_local", "per_gpu", "ends_local"):
-        both = composed(key, own[key].term + other[key].term, "parameter", own[key], other[key], mirror)
+        both = composed(
+            key, own[key].term + other[key].term, "parameter", own[key], other[key], mirror
+        )
         out[key] = cases(key, "parameter", (both, dual), (own[key], True))
     out["blocks"] = Piecewise((own["blocks"] + other["blocks"], dual), (own["blocks"], True))
-    out["chunk_blocks"] = Piecewise((ratio(own["blocks"] + other["blocks"], 2), dual), (own["blocks"], True))
+    out["chunk_blocks"] = Piecewise(
+        (ratio(own["blocks"] + other["blocks"], 2), dual), (own["blocks"], True)
+    )
     out["last"] = Or(own["last"], And(dual, other["last"]))
     return out
 
@@ -262,28 +356,58 @@ def activation_parts(inp: Inputs) -> dict:
     layer = layer_activations(inp)
     if m.is_moe and not m.is_hybrid:  # the larger of a dense and an MoE layer
         moe_layer = layer_activations(inp, moe=True)
-        layer = moe_layer if not m.dense_layers else composed("layer", Max(layer.term, moe_layer.term), "byte",
-                                                              layer, moe_layer)
+        layer = (
+            moe_layer
+            if not m.dense_layers
+            else composed("layer", Max(layer.term, moe_layer.term), "byte", layer, moe_layer)
+        )
     # full recomputation keeps each layer's input and, while recomputing, one layer's activations
     s_kept = inp.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
     layer_input = inp.f("memory.activations.layer_full_recompute", seq_len=s_kept)
     kept = cases("kept", "byte", (layer_input, lay.recompute_is("full")), (layer, True))
     # a layer's backward: the recomputed layer's activations under full recomputation, and its
     # gradients
-    gradients = (inp.f("memory.activations.backward.swiglu_gradients", seq_len=inp.seq_len / lay.cp)
-                 if m.mlp_formulas == "swiglu" and not m.is_moe else _zero("gradients"))
-    if inp.cp_attention and m.attention != "mla":  # the ring's buffers, after the MLP's backward has freed its own
-        ring = cases("gradients", "byte", (inp.f("memory.activations.backward.cp_ring_attention", seq_len=inp.seq_len / lay.cp),
-                                           Gt(lay.cp, 1)), (_zero("gradients"), True))
+    gradients = (
+        inp.f("memory.activations.backward.swiglu_gradients", seq_len=inp.seq_len / lay.cp)
+        if m.mlp_formulas == "swiglu" and not m.is_moe
+        else _zero("gradients")
+    )
+    # the ring's buffers, after the MLP's backward has freed its own
+    if inp.cp_attention and m.attention != "mla":
+        ring = cases(
+            "gradients",
+            "byte",
+            (
+                inp.f(
+                    "memory.activations.backward.cp_ring_attention", seq_len=inp.seq_len / lay.cp
+                ),
+                Gt(lay.cp, 1),
+            ),
+            (_zero("gradients"), True),
+        )
         gradients = composed("gradients", Max(gradients.term, ring.term), "byte", gradients, ring)
-    working = cases("working", "byte", (layer + gradients, lay.recompute_is("full")), (gradients, True))
-    logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
+    working = cases(
+        "working", "byte", (layer + gradients, lay.recompute_is("full")), (gradients, True)
+    )
+    logits, loss = (
+        inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp
+        for name in ("memory.logits", "memory.loss")
+    )
     sp = "_sp" if lay.sequence_parallel else ""
     head = inp.f(f"memory.activations.head_inputs{sp}", seq_len=inp.seq_len / lay.cp)
     if inp.sp_saved_inputs == "gathered" and lay.sequence_parallel:
-        head = head + inp.f("memory.activations.gathered.output_input", seq_len=inp.seq_len / lay.cp)
-    return {"layer": layer, "kept": kept, "working": working, "logits": logits, "loss": loss, "head": head,
-            "input": layer_input}
+        head = head + inp.f(
+            "memory.activations.gathered.output_input", seq_len=inp.seq_len / lay.cp
+        )
+    return {
+        "layer": layer,
+        "kept": kept,
+        "working": working,
+        "logits": logits,
+        "loss": loss,
+        "head": head,
+        "input": layer_input,
+    }
 
 
 def _in_flight(inp: Inputs, k, params: dict) -> Formula:
@@ -297,18 +421,27 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
     def at_most(f: Formula, most):  # a catalogue count, never more than the step's microbatches
         return composed("in_flight", Min(f.term, most), "", f)
 
-    count = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p, "vpp": v, "stage": k})  # noqa: E731
+    count = lambda name: formula(f"pipeline.in_flight.{name}").bind(
+        {"pp": p, "vpp": v, "stage": k}
+    )  # noqa: E731
     chunks = at_most(count("interleaved_stage"), mb * v)
     interleaved = chunks * layers / v
-    if inp.layout.ends_as_layers:  # an end stage's end chunk holds a layer fewer, its other chunks L/(p·v) + 1
+    # an end stage's end chunk holds a layer fewer, its other chunks L/(p·v) + 1
+    if inp.layout.ends_as_layers:
         end = Piecewise((1, Or(params["first"], params["last"])), (0, True))
-        light = formula("pipeline.in_flight.interleaved_end_chunk").bind({"pp": p, "vpp": v, "stage": k,
-                                                                          "microbatches": mb})
+        light = formula("pipeline.in_flight.interleaved_end_chunk").bind(
+            {"pp": p, "vpp": v, "stage": k, "microbatches": mb}
+        )
         interleaved = chunks * (layers + end) / v - light
-    return cases("held", "", (layers * mb, lay.schedule_is("gpipe")), (interleaved, lay.schedule_is("interleaved")),
-                 (at_most(count("1f1b_stage"), mb) * layers, lay.schedule_is("1f1b", "zb-h1")),
-                 (at_most(count("zb_h2"), mb) * layers, lay.schedule_is("zb-h2")),
-                 (at_most(count("dualpipe"), mb) * layers, True))
+    return cases(
+        "held",
+        "",
+        (layers * mb, lay.schedule_is("gpipe")),
+        (interleaved, lay.schedule_is("interleaved")),
+        (at_most(count("1f1b_stage"), mb) * layers, lay.schedule_is("1f1b", "zb-h1")),
+        (at_most(count("zb_h2"), mb) * layers, lay.schedule_is("zb-h2")),
+        (at_most(count("dualpipe"), mb) * layers, True),
+    )
 
 
 def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formula, Formula]:
@@ -321,12 +454,16 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formul
     # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger
     # counts
     loss = (parts["loss"] + parts["head"]) * (1 + inp.model.mtp_modules)
-    peak = composed("transient", Max(parts["working"].term, loss.term), "byte", parts["working"], loss)
+    peak = composed(
+        "transient", Max(parts["working"].term, loss.term), "byte", parts["working"], loss
+    )
     transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
     if not inp.layout.offload_activations:
         return kept * held + transient, _zero("host")
-    device, host = (inp.f(f"memory.offload.{name}_activations", kept_bytes=kept, layers_in_flight=held)
-                    for name in ("device", "host"))
+    device, host = (
+        inp.f(f"memory.offload.{name}_activations", kept_bytes=kept, layers_in_flight=held)
+        for name in ("device", "host")
+    )
     return device + transient, host
 
 
@@ -343,7 +480,6 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
     return cases("kept", "byte", (partial, lay.recompute_is("full")), (parts["kept"], True))
 
 
-
 def stage(inp: Inputs, k, parts: dict) -> dict:
     """weights, gradients, optimizer, gathered, activations, optimizer_step and total of stage ``k``
     at its peak (the larger of its forward and backward and its optimizer step, where the step
@@ -354,13 +490,27 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
     out["activations"], host = stage_activations(inp, k, parts, params)
     if inp.layout.offload_optimizer:
         shard = optimizer_shard(inp, params)
-        host = host + inp.f("memory.offload.host_optimizer", params=shard, optimizer_offload=inp.layout.offload_optimizer)
-        if inp.zero_optimizer:  # ZeRO-Offload keeps 16-bit gradients of the partition there too: ZeRO-3 its
+        host = host + inp.f(
+            "memory.offload.host_optimizer",
+            params=shard,
+            optimizer_offload=inp.layout.offload_optimizer,
+        )
+        # ZeRO-Offload keeps 16-bit gradients of the partition there too: ZeRO-3 its
+        if inp.zero_optimizer:
             # partition, ZeRO-1 and 2 their accumulation over microbatches
-            host = host + cases("host", "byte", (inp.f("memory.offload.host_zero3_gradients", params=shard),
-                                                 inp.deg.zero_at_least(3)),
-                                (inp.f("memory.offload.host_accumulated_gradients", params=shard),
-                                 Gt(inp.microbatches, 1)), (_zero("host"), True))
+            host = host + cases(
+                "host",
+                "byte",
+                (
+                    inp.f("memory.offload.host_zero3_gradients", params=shard),
+                    inp.deg.zero_at_least(3),
+                ),
+                (
+                    inp.f("memory.offload.host_accumulated_gradients", params=shard),
+                    Gt(inp.microbatches, 1),
+                ),
+                (_zero("host"), True),
+            )
     out["optimizer_step"] = _zero("optimizer_step")
     if inp.optimizer_kernel == "foreach" or inp.zero_optimizer:
         out = _peak_phase(inp, params, out)
@@ -377,20 +527,46 @@ def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula,
     else ``gradients``)."""
     lay, shard = inp.deg, optimizer_shard(inp, params)
     if inp.layout.offload_optimizer:  # the offloaded share's step runs on the host
-        shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
+        shard = inp.f(
+            "compute.optimizer.device_params",
+            params=shard,
+            optimizer_offload=inp.layout.offload_optimizer,
+        )
     temporaries = []
     if inp.optimizer_kernel == "foreach":
-        temporaries.append(inp.f("memory.optimizer_step.foreach", params=shard,
-                                 element_bytes=Quantity(inp.moment_bytes, "byte")))
+        temporaries.append(
+            inp.f(
+                "memory.optimizer_step.foreach",
+                params=shard,
+                element_bytes=Quantity(inp.moment_bytes, "byte"),
+            )
+        )
     if inp.zero_optimizer:
-        temporaries.append(cases(
-            "optimizer_step", "byte",
-            (inp.f("memory.optimizer_step.fp32_gradient_copy_subgroup", params=shard), lay.zero_at_least(3)),
-            (inp.f("memory.optimizer_step.fp32_gradient_copy", params=shard), lay.zero_at_least(1)),
-            (_zero("optimizer_step"), True)))
-        held = formula(f"memory.model_states.{'gradients_fp32' if inp.fp32_grads else 'gradients'}").subs(params=shard)
+        temporaries.append(
+            cases(
+                "optimizer_step",
+                "byte",
+                (
+                    inp.f("memory.optimizer_step.fp32_gradient_copy_subgroup", params=shard),
+                    lay.zero_at_least(3),
+                ),
+                (
+                    inp.f("memory.optimizer_step.fp32_gradient_copy", params=shard),
+                    lay.zero_at_least(1),
+                ),
+                (_zero("optimizer_step"), True),
+            )
+        )
+        held = formula(
+            f"memory.model_states.{'gradients_fp32' if inp.fp32_grads else 'gradients'}"
+        ).subs(params=shard)
         # the partition's (ZeRO-1 frees the rest first) and ZeRO-3's bucket
-        gradients = cases("gradients", "byte", (held + _reduce_bucket(inp, 3), lay.zero_at_least(1)), (gradients, True))
+        gradients = cases(
+            "gradients",
+            "byte",
+            (held + _reduce_bucket(inp, 3), lay.zero_at_least(1)),
+            (gradients, True),
+        )
     return sum(temporaries[1:], temporaries[0]), gradients
 
 
@@ -401,16 +577,27 @@ def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
     extra, gradients = _step_parts(inp, params, out["gradients"])
     same = gradients is out["gradients"]  # held alike in both phases, the gradients do not decide
     # the phase with the larger is the peak (the other model states are held in both)
-    keys = ((out["gathered"] + out["activations"]).term, extra.term) if same else (
-        (out["gathered"] + out["activations"] + out["gradients"]).term, (extra + gradients).term)
+    keys = (
+        ((out["gathered"] + out["activations"]).term, extra.term)
+        if same
+        else (
+            (out["gathered"] + out["activations"] + out["gradients"]).term,
+            (extra + gradients).term,
+        )
+    )
 
     def pick(name, backward, step):  # a tie is the forward and backward's
-        return composed(name, value_at_max(keys[0], backward.term, keys[1], step.term), "byte", backward, step)
+        return composed(
+            name, value_at_max(keys[0], backward.term, keys[1], step.term), "byte", backward, step
+        )
 
     if not same:
         out = out | {"gradients": pick("gradients", out["gradients"], gradients)}
-    return out | {"optimizer_step": pick("optimizer_step", out["optimizer_step"], extra)} | {
-        name: pick(name, out[name], _zero(name)) for name in ("gathered", "activations")}
+    return (
+        out
+        | {"optimizer_step": pick("optimizer_step", out["optimizer_step"], extra)}
+        | {name: pick(name, out[name], _zero(name)) for name in ("gathered", "activations")}
+    )
 
 
 def worst(inp: Inputs, parts: dict, stage_of=None) -> dict:
@@ -429,6 +616,10 @@ def worst(inp: Inputs, parts: dict, stage_of=None) -> dict:
         expr = value_at_max(*(x for key, f in zip(keys, chosen) for x in (key, f.term)))
         return composed(name, expr, "byte", *chosen)  # a numeric plan's is its stage's
 
-    hosts = [s["host"] for s in stages]  # host memory: the largest over the stages, whichever is the worst
+    # host memory: the largest over the stages, whichever is the worst
+    hosts = [
+        s["host"] for s in stages
+    ]
     return {name: pick(name) for name in (*PARTS, "total")} | {
-        "host": composed("host", Max(*(h.term for h in hosts)), "byte", *hosts)}
+        "host": composed("host", Max(*(h.term for h in hosts)), "byte", *hosts)
+    }

@@ -26,18 +26,22 @@ class _Ops:
     def __init__(self, inp: Inputs):
         self.inp, lay, m = inp, inp.deg, inp.model
         inp.need("hbm_bandwidth")  # every op class moves bytes
-        self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
+        # M: a microbatch's tokens on one CP rank
+        self.tokens = inp.microbatch_size * inp.seq_len / lay.cp
         self.full = lay.full_recomputed(inp.recomputed).term  # forwards run again
         # selective recomputation: the attention core again, or every second matmul and the
         # memory-bound ops
         op = inp.selective == "op"
         self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).term if op else 0
         selective = () if op else ((1, lay.core_recomputed),)
-        self.again = cases("again", "", (inp.recomputed, lay.recompute_is("full")), *selective,
-                           (0, True)).term  # the attention core runs again
+        self.again = cases(
+            "again", "", (inp.recomputed, lay.recompute_is("full")), *selective, (0, True)
+        ).term  # the attention core runs again
         # mixers and FFNs of each kind per stage, and residual branches in blocks' worth (two a
         # block)
-        self.attention, self.mamba = ratio(m.attention_blocks, lay.pp), ratio(m.mamba_blocks, lay.pp)
+        self.attention, self.mamba = ratio(m.attention_blocks, lay.pp), ratio(
+            m.mamba_blocks, lay.pp
+        )
         self.dense, self.moe = ratio(m.dense_blocks, lay.pp), ratio(m.moe_blocks, lay.pp)
         self.branches = ratio(m.sublayers, 2 * lay.pp)
         self.share, self.share_formula, sms = 1, None, inp.values.get("sms")
@@ -61,7 +65,9 @@ class _Ops:
         layers (the stages averaged, as the layers' kinds are)."""
         kept = self.inp.kept_16
         if low and self.inp.low_precision and kept != 0:
-            low_time, sixteen = self._gemm(g, m, n, k, True, again, backward), self._gemm(g, m, n, k, False, again, backward)
+            low_time, sixteen = self._gemm(g, m, n, k, True, again, backward), self._gemm(
+                g, m, n, k, False, again, backward
+            )
             return low_time * (1 - kept) + sixteen * kept
         return self._gemm(g, m, n, k, low, again, backward)
 
@@ -72,18 +78,31 @@ class _Ops:
         eb = inp.recipe["operand_bytes"] if low else 2
         peak = self.peak(low)
         name = "compute.gemm.math_time" if self.quantised else "compute.gemm.math_time.unquantised"
-        ceiling = {"matmul_efficiency": inp.values["matmul_efficiency_16"]} if inp.low_precision and not low else {}
+        ceiling = (
+            {"matmul_efficiency": inp.values["matmul_efficiency_16"]}
+            if inp.low_precision and not low
+            else {}
+        )
         total = None
         passes = (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1))
         for (mm, nn, kk), times in passes if backward else passes[:1]:
-            shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak, element_bytes=Quantity(eb, "byte"),
-                         **ceiling)
+            shape = dict(
+                gemm_count=g,
+                gemm_m=mm,
+                gemm_n=nn,
+                gemm_k=kk,
+                peak_flops=peak,
+                element_bytes=Quantity(eb, "byte"),
+                **ceiling,
+            )
             if self.quantised:
                 shape["sms"] = self.sms
             t = (inp.f(name, **shape) + inp.f("compute.gemm.memory_time", **shape)) * times
             total = t if total is None else total + t
         if low:  # the casts around the GEMM
-            total = total + streamed(inp, inp.f(inp.recipe["cast"], gemm_count=g, gemm_m=m, gemm_n=n, gemm_k=k))
+            total = total + streamed(
+                inp, inp.f(inp.recipe["cast"], gemm_count=g, gemm_m=m, gemm_n=n, gemm_k=k)
+            )
         return self.on_share(total)
 
     @functools.cached_property
@@ -101,11 +120,19 @@ class _Ops:
         """Elements one microbatch's softmax cross-entropy moves (the MTP modules' losses
         included)."""
         m = self.inp.model
-        return self.inp.f("compute.memory_bound.cross_entropy") * (self.tokens / self.inp.deg.tp) * (1 + m.mtp_modules)
+        return (
+            self.inp.f("compute.memory_bound.cross_entropy")
+            * (self.tokens / self.inp.deg.tp)
+            * (1 + m.mtp_modules)
+        )
 
     def on_share(self, f: Formula) -> Formula:
         """``f`` with the SM share's formula among its sources when SMs are reserved."""
-        return f if self.share_formula is None else composed(f.name, f.term, f.unit, f, self.share_formula)
+        return (
+            f
+            if self.share_formula is None
+            else composed(f.name, f.term, f.unit, f, self.share_formula)
+        )
 
 
 def streamed(inp: Inputs, moved: Formula) -> Formula:
@@ -128,11 +155,18 @@ def _moe_gemms(o: _Ops, fc1: int) -> Formula:
     w = m.moe_latent or h
     local = E / lay.ep
     rows = M * o.inp.busiest_topk * lay.ep * etp / (t * E)  # etp ranks' tokens, busiest experts
-    moe = [o.gemm(1, M, E, h, False), o.gemm(local, rows, fc1 * h_e / etp, w, fp8), o.gemm(local, rows, w, h_e / etp, fp8)]
+    moe = [
+        o.gemm(1, M, E, h, False),
+        o.gemm(local, rows, fc1 * h_e / etp, w, fp8),
+        o.gemm(local, rows, w, h_e / etp, fp8),
+    ]
     if m.moe_latent:
         moe += [o.gemm(1, M, w, h, fp8), o.gemm(1, M, h, w, fp8)]
     if m.shared_experts:
-        moe += [o.gemm(1, M, fc1 * h_e * m.shared_experts / t, h, fp8), o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]
+        moe += [
+            o.gemm(1, M, fc1 * h_e * m.shared_experts / t, h, fp8),
+            o.gemm(1, M, h, h_e * m.shared_experts / t, fp8),
+        ]
     return _sum(moe)
 
 
@@ -142,8 +176,9 @@ def _mamba_gemms(o: _Ops) -> Formula:
     m, t = o.inp.model, o.inp.deg.tp
     inner = m.ssm_heads * m.ssm_head_dim
     width = 2 * inner + 2 * m.ssm_groups * m.ssm_state + m.ssm_heads
-    return o.gemm(1, o.tokens, width / t, m.hidden, o.inp.low_precision) + o.gemm(1, o.tokens, m.hidden, inner / t,
-                                                                                 o.inp.low_precision)
+    return o.gemm(1, o.tokens, width / t, m.hidden, o.inp.low_precision) + o.gemm(
+        1, o.tokens, m.hidden, inner / t, o.inp.low_precision
+    )
 
 
 def gemm_time(o: _Ops) -> Formula:
@@ -155,15 +190,20 @@ def gemm_time(o: _Ops) -> Formula:
     h, a, d_h = m.hidden, m.heads, m.head_dim
     if m.attention == "mla":
         r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
-        q = ([(r_q, h), (a * (d_h + d_r) / t, r_q)] if r_q else [(a * (d_h + d_r) / t, h)])
+        q = [(r_q, h), (a * (d_h + d_r) / t, r_q)] if r_q else [(a * (d_h + d_r) / t, h)]
         shapes = q + [(r_kv + d_r, h), (2 * a * d_h / t, r_kv), (h, a * d_h / t)]
         up = {q[-1], (2 * a * d_h / t, r_kv)}  # the query and key/value up-projections
     else:
         shapes, up = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)], set()
-    again = o.full + cases("up", "", (1, lay.up_proj_recomputed), (0, True)).term  # mla_up_proj runs them again
-    attention = _sum([o.gemm(1, M, n, k, fp8, again=again if (n, k) in up else None) for n, k in shapes])
+    # mla_up_proj runs them again
+    again = o.full + cases("up", "", (1, lay.up_proj_recomputed), (0, True)).term
+    attention = _sum(
+        [o.gemm(1, M, n, k, fp8, again=again if (n, k) in up else None) for n, k in shapes]
+    )
     fc1 = 2 if m.mlp_formulas == "swiglu" else 1
-    dense = _sum([o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)])
+    dense = _sum(
+        [o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)]
+    )
     if o.op != 0:  # the op-level policy runs wk, wo and w3 forward again
         again = [(m.kv_heads * d_h / t, h), (h, a * d_h / t), (m.ffn_hidden / t, h)]
         dense = dense + _sum([o.gemm(1, M, n, k, fp8, backward=False) for n, k in again]) * o.op
@@ -180,7 +220,9 @@ def gemm_time(o: _Ops) -> Formula:
 def ends_time(o: _Ops) -> Formula:
     """Seconds per step of the output layer's GEMMs and the loss on the stage that holds them."""
     inp = o.inp
-    return (o.head + streamed(inp, o.loss_elements * inp.values["element_bytes"])) * inp.microbatches
+    return (
+        o.head + streamed(inp, o.loss_elements * inp.values["element_bytes"])
+    ) * inp.microbatches
 
 
 def _score_share(inp):
@@ -190,8 +232,13 @@ def _score_share(inp):
     causal = inp.f("compute.attention.causal_share")
     if not m.windowed_layers:
         return causal.term
-    window = inp.f("compute.attention.window_share", sliding_window=Min(m.sliding_window, inp.seq_len, decide=True))
-    return (window * m.windowed_layers + causal * (m.attention_blocks - m.windowed_layers)) / m.attention_blocks
+    window = inp.f(
+        "compute.attention.window_share",
+        sliding_window=Min(m.sliding_window, inp.seq_len, decide=True),
+    )
+    return (
+        window * m.windowed_layers + causal * (m.attention_blocks - m.windowed_layers)
+    ) / m.attention_blocks
 
 
 def attention_time(o: _Ops) -> Formula:
@@ -212,8 +259,12 @@ def scan_time(o: _Ops) -> Formula:
     per_token = inp.f("compute.mamba2_scan_flops_per_token") * (3 + o.full)
     flops = composed("C", ratio(per_token.term * o.tokens, lay.tp), "FLOP", per_token)
     sixteen = "_16" if inp.low_precision else ""
-    one = inp.f("compute.mamba2.scan_time", flops=flops.term, peak_flops=o.peak(False),
-                matmul_efficiency=inp.need(f"matmul_efficiency{sixteen}"))
+    one = inp.f(
+        "compute.mamba2.scan_time",
+        flops=flops.term,
+        peak_flops=o.peak(False),
+        matmul_efficiency=inp.need(f"matmul_efficiency{sixteen}"),
+    )
     return o.on_share(composed("scan", one.term * o.mamba * inp.microbatches, "s", one, flops))
 
 
@@ -227,16 +278,25 @@ def _attention_core_time(o: _Ops) -> Formula:
         recompute = inp.f(f"compute.flash_backward_recompute_flops_per_token{suffix}")
         per_token = (core * (3 + o.again) + recompute) * _score_share(inp)
         flops = composed("C", ratio(per_token.term * M, t), "FLOP", per_token)
-        sixteen = "matmul_efficiency_16" if inp.low_precision else "matmul_efficiency"  # attention runs in 16 bits
+        # attention runs in 16 bits
+        sixteen = "matmul_efficiency_16" if inp.low_precision else "matmul_efficiency"
         eff = inp.values.get("attention_efficiency", inp.need(sixteen))  # see Inputs.notes
-        one = inp.f("compute.attention.time", flops=flops.term, attention_efficiency=eff,
-                    attention_factor=inp.need("attention_factor"),
-                    peak_flops=o.peak(False))
-        return o.on_share(composed("attention", one.term * blocks * inp.microbatches, "s", one, flops))
-    d_qk = m.head_dim + m.rope_dim  # MLA's queries and keys carry the decoupled RoPE part too (0 otherwise)
+        one = inp.f(
+            "compute.attention.time",
+            flops=flops.term,
+            attention_efficiency=eff,
+            attention_factor=inp.need("attention_factor"),
+            peak_flops=o.peak(False),
+        )
+        return o.on_share(
+            composed("attention", one.term * blocks * inp.microbatches, "s", one, flops)
+        )
+    # MLA's queries and keys carry the decoupled RoPE part too (0 otherwise)
+    d_qk = m.head_dim + m.rope_dim
     g, s = inp.microbatch_size * m.heads / t, inp.seq_len
-    core = (o.gemm(g, s / lay.cp, s, d_qk, False, again=o.again)
-            + o.gemm(g, s / lay.cp, m.head_dim, s, False, again=o.again))
+    core = o.gemm(g, s / lay.cp, s, d_qk, False, again=o.again) + o.gemm(
+        g, s / lay.cp, m.head_dim, s, False, again=o.again
+    )
     scores = inp.f("compute.memory_bound.scores") * (M / t) * inp.values["element_bytes"]
     # the recomputed forward reads and writes the scores again: 2 of the 5 elements
     softmax = streamed(inp, scores * (1 + Fraction(2, 5) * o.again))
@@ -253,38 +313,56 @@ def memory_bound_time(o: _Ops) -> Formula:
     f = inp.f
     stream = M / t if lay.sequence_parallel else M
     forwards = 1 + o.full + o.op  # the op-level policy recomputes every memory-bound op of a block
-    elements = (f("compute.memory_bound.residual_forward") * forwards
-                + f("compute.memory_bound.residual_backward")) * stream
+    elements = (
+        f("compute.memory_bound.residual_forward") * forwards
+        + f("compute.memory_bound.residual_backward")
+    ) * stream
 
     def activation(width):
-        return (f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * forwards
-                + f(f"compute.memory_bound.mlp_backward.{m.mlp_formulas}", ffn_hidden=width)) * (M / t)
+        return (
+            f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * forwards
+            + f(f"compute.memory_bound.mlp_backward.{m.mlp_formulas}", ffn_hidden=width)
+        ) * (M / t)
 
     total = elements * o.branches + o.loss_elements * ratio(1, lay.pp)
     if m.dense_blocks:
         total = total + activation(m.ffn_hidden) * o.dense
     if m.is_moe:
         moe = activation(m.expert_ffn_hidden) * (inp.busiest_topk + m.shared_experts)
-        permute = f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden,
-                    topk=inp.busiest_topk)
+        permute = f(
+            "compute.memory_bound.moe_permute",
+            hidden=m.moe_latent or m.hidden,
+            topk=inp.busiest_topk,
+        )
         total = total + (moe + permute * stream) * o.moe
     if m.mamba_blocks:
-        total = total + (f("compute.memory_bound.mamba2_forward") * forwards
-                         + f("compute.memory_bound.mamba2_backward")) * (M / t) * o.mamba
+        total = (
+            total
+            + (
+                f("compute.memory_bound.mamba2_forward") * forwards
+                + f("compute.memory_bound.mamba2_backward")
+            )
+            * (M / t)
+            * o.mamba
+        )
     blocks = o.attention  # of this stage
     if m.position == "rope":
         # MLA rotates only the decoupled parts: a query part of d_r per head and one shared key part
-        rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
-        rotated = M if inp.qk_gathered else M / t  # a replicated query and key: every head on every TP rank
+        rope = dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {}
+        # a replicated query and key: every head on every TP rank
+        rotated = M if inp.qk_gathered else M / t
         total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * rotated * blocks
-    if inp.sp_relayout and lay.sequence_parallel:  # the whole gathered tensor, every token, async TP or not
+    # the whole gathered tensor, every token, async TP or not
+    if inp.sp_relayout and lay.sequence_parallel:
         total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * o.branches
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
 
 #: the catalogue's bytes per parameter of each unfused Adam kernel (choices.OPTIMIZER_KERNELS)
-UNFUSED_ADAM = {"foreach": "compute.optimizer.bytes_per_param_foreach",
-                "decoupled-adamw": "compute.optimizer.bytes_per_param_decoupled_adamw"}
+UNFUSED_ADAM = {
+    "foreach": "compute.optimizer.bytes_per_param_foreach",
+    "decoupled-adamw": "compute.optimizer.bytes_per_param_decoupled_adamw",
+}
 
 
 def muon_matrices(m) -> list[tuple]:
@@ -294,10 +372,18 @@ def muon_matrices(m) -> list[tuple]:
     h, a, d = m.hidden, m.heads, m.head_dim
     if m.attention == "mla":
         r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
-        attention = [(h, r_q, 1), (r_q, a * (d + d_r), 1), (h, r_kv + d_r, 1), (r_kv, 2 * a * d, 1), (a * d, h, 1)]
+        attention = [
+            (h, r_q, 1),
+            (r_q, a * (d + d_r), 1),
+            (h, r_kv + d_r, 1),
+            (r_kv, 2 * a * d, 1),
+            (a * d, h, 1),
+        ]
     else:
         attention = [(h, a * d, 1), (h, m.kv_heads * d, 2), (a * d, h, 1)]
-    ffn = lambda f, w=h: [(w, f, 2), (f, w, 1)] if m.mlp_formulas == "swiglu" else [(w, f, 1), (f, w, 1)]  # noqa: E731
+    ffn = lambda f, w=h: (
+        [(w, f, 2), (f, w, 1)] if m.mlp_formulas == "swiglu" else [(w, f, 1), (f, w, 1)]
+    )  # noqa: E731
     routed = ffn(m.expert_ffn_hidden, m.moe_latent or h) if m.is_moe else []
     moe = [(h, m.experts, 1)] + [(r, c, n * m.experts) for r, c, n in routed]
     moe += ffn(m.expert_ffn_hidden * m.shared_experts) if m.shared_experts else []
@@ -305,8 +391,12 @@ def muon_matrices(m) -> list[tuple]:
     if m.is_hybrid:  # each layer its one part
         inner = m.ssm_heads * m.ssm_head_dim
         mamba = [(h, 2 * inner + 2 * m.ssm_groups * m.ssm_state + m.ssm_heads, 1), (inner, h, 1)]
-        kinds = ((attention, m.layer_pattern.count("*")), (ffn(m.ffn_hidden), m.dense_blocks),
-                 (moe, m.moe_layers), (mamba, m.mamba_blocks))
+        kinds = (
+            (attention, m.layer_pattern.count("*")),
+            (ffn(m.ffn_hidden), m.dense_blocks),
+            (moe, m.moe_layers),
+            (mamba, m.mamba_blocks),
+        )
         return [(r, c, n * count) for part, count in kinds if count for r, c, n in part]
     dense = [(r, c, n * (m.layers - m.moe_layers)) for r, c, n in attention + ffn(m.ffn_hidden)]
     if not m.is_moe:
@@ -319,12 +409,26 @@ def muon_time(inp: Inputs) -> Formula:
     step, the matrices spread evenly over all GPUs (Megatron-Core's layer-wise distributed optimizer
     gives each data-parallel rank whole matrices of its stage), in 16 bits at the 16-bit GEMM
     ceiling."""
-    flops = sum((inp.f("compute.optimizer.newton_schulz_flops", gemm_m=Min(r, c, decide=True), gemm_n=Max(r, c, decide=True)) * n
-                 for r, c, n in muon_matrices(inp.model)), Formula("0", 0, "FLOP", ""))
+    flops = sum(
+        (
+            inp.f(
+                "compute.optimizer.newton_schulz_flops",
+                gemm_m=Min(r, c, decide=True),
+                gemm_n=Max(r, c, decide=True),
+            )
+            * n
+            for r, c, n in muon_matrices(inp.model)
+        ),
+        Formula("0", 0, "FLOP", ""),
+    )
     sixteen = "_16" if inp.low_precision else ""
     gpus = inp.deg.tp * inp.deg.pp * inp.deg.dp * inp.deg.cp
-    t = inp.f("compute.optimizer.newton_schulz_time", flops=ratio(flops.term, gpus),
-              peak_flops=inp.values[f"peak_flops{sixteen}"], matmul_efficiency=inp.values[f"matmul_efficiency{sixteen}"])
+    t = inp.f(
+        "compute.optimizer.newton_schulz_time",
+        flops=ratio(flops.term, gpus),
+        peak_flops=inp.values[f"peak_flops{sixteen}"],
+        matmul_efficiency=inp.values[f"matmul_efficiency{sixteen}"],
+    )
     return composed(t.name, t.term, "s", t, flops)
 
 
@@ -335,22 +439,38 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
     Newton-Schulz steps, AdamW on its share of the embedding and output layer."""
     grad_bytes = Piecewise((4, inp.fp32_grads), (2, True))
     if inp.optimizer_kernel in UNFUSED_ADAM:
-        per_param = inp.f(UNFUSED_ADAM[inp.optimizer_kernel], grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
+        per_param = inp.f(
+            UNFUSED_ADAM[inp.optimizer_kernel], grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes
+        )
         if inp.weight_decay:
             per_param = per_param + inp.f("compute.optimizer.weight_decay_bytes_per_param")
     else:  # fused, and a stack that does not say
-        name = "compute.optimizer.bytes_per_param" + ("_bf16_moments" if inp.moment_dtype == "bf16" else "")
+        name = "compute.optimizer.bytes_per_param" + (
+            "_bf16_moments" if inp.moment_dtype == "bf16" else ""
+        )
         per_param = inp.f(name, grad_bytes=grad_bytes)
     shard = optimizer_shard(inp, params)
     if inp.layout.offload_optimizer:
-        shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
+        shard = inp.f(
+            "compute.optimizer.device_params",
+            params=shard,
+            optimizer_offload=inp.layout.offload_optimizer,
+        )
     if inp.optimizer != "muon":
         return streamed(inp, per_param * shard)
     m, lay = inp.model, inp.deg  # Muon: ZeRO-1, the ends' share of the shard on AdamW
-    ends = cases("ends", "parameter", (m.stage_ends_formula(True, True), Eq(lay.pp, 1)),  # a tied embedding once
-                 (m.stage_ends_formula(True, False) + m.stage_ends_formula(False, True), True))
+    ends = cases(
+        "ends",
+        "parameter",
+        (m.stage_ends_formula(True, True), Eq(lay.pp, 1)),  # a tied embedding once
+        (m.stage_ends_formula(True, False) + m.stage_ends_formula(False, True), True),
+    )
     ends = ends / (lay.tp * lay.pp * lay.dp * lay.cp)
-    muon = inp.f("compute.optimizer.bytes_per_param_muon", grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
+    muon = inp.f(
+        "compute.optimizer.bytes_per_param_muon",
+        grad_bytes=grad_bytes,
+        moment_bytes=inp.moment_bytes,
+    )
     return streamed(inp, muon * (shard - ends) + per_param * ends) + muon_time(inp)
 
 
@@ -364,6 +484,11 @@ def op_times(inp: Inputs, params: dict) -> dict:
     """Seconds per step on one GPU of each op class (:data:`OP_CLASSES`) and of the ends
     (``"ends"``: :func:`ends_time`), as the stack runs them."""
     o = _Ops(inp)
-    ideal = {"gemm": gemm_time(o), "attention": attention_time(o), "memory_bound": memory_bound_time(o),
-             "optimizer": optimizer_time(inp, params), "ends": ends_time(o)}
+    ideal = {
+        "gemm": gemm_time(o),
+        "attention": attention_time(o),
+        "memory_bound": memory_bound_time(o),
+        "optimizer": optimizer_time(inp, params),
+        "ends": ends_time(o),
+    }
     return {k: as_run(inp, t) for k, t in ideal.items()}

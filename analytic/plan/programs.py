@@ -163,9 +163,10 @@ def bundle(inp: Inputs, lower=None) -> Bundle | None:
             return None
         data = lower()
         if data is not None and path is not None:
+            # a read-only cache costs a rebuild
             cache.write_json(
                 path, {"structure": key, "programs": data}
-            )  # a read-only cache costs a rebuild
+            )
         found = None if data is None else Bundle.from_json(data)
     _BUNDLES[key] = found
     return found

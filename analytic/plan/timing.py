@@ -17,9 +17,8 @@ def bubble_time(inp: Inputs, compute: Formula) -> Formula:
     weight-gradient passes a third of its compute, never below the first microbatch's critical
     path."""
     lay, mb = inp.deg, inp.microbatches
-    third = (
-        compute / (mb * lay.vpp) / 3
-    )  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
+    # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
+    third = compute / (mb * lay.vpp) / 3
     values = {
         "pp": lay.pp,
         "vpp": lay.vpp,

@@ -17,8 +17,12 @@ def _allocator(plan) -> str:
 
 def allocator_peak(plan, stage: int | None) -> Quantity:
     """``memory.allocator_peak`` of the stage's count."""
-    return plan._formula("memory.allocator_peak", {}, counted_bytes=plan.memory(stage).total,
-                         allocator_reserve=memory_reserve(_allocator(plan))["reserve"])
+    return plan._formula(
+        "memory.allocator_peak",
+        {},
+        counted_bytes=plan.memory(stage).total,
+        allocator_reserve=memory_reserve(_allocator(plan))["reserve"],
+    )
 
 
 def outside(plan) -> Quantity:
@@ -38,8 +42,13 @@ def verdict(plan, stage: int | None) -> str:
         reserve, beyond = memory_reserve(_allocator(plan))["reserve"], outside(plan)
     except PresetError:
         return MEMORY_VERDICTS[0]
-    peak = plan._formula("memory.device_peak", {}, counted_bytes=mem.total, allocator_reserve=reserve,
-                         outside_bytes=beyond)
+    peak = plan._formula(
+        "memory.device_peak",
+        {},
+        counted_bytes=mem.total,
+        allocator_reserve=reserve,
+        outside_bytes=beyond,
+    )
     return MEMORY_VERDICTS[0] if peak <= mem.hbm else MEMORY_VERDICTS[1]
 
 
@@ -53,14 +62,19 @@ def verdicts(memory, fits, hbm: float, allocator: str, outside_bytes=None):
 
     from ..core.symbols import read_magnitude
     from ..formulas import formula
+
     try:
         reserve = float(memory_reserve(allocator)["reserve"])
-        beyond = (float(memory_outside(allocator)["outside"].to("byte").magnitude) if outside_bytes is None
-                  else float(read_magnitude("outside_bytes", outside_bytes)))
+        beyond = (
+            float(memory_outside(allocator)["outside"].to("byte").magnitude)
+            if outside_bytes is None
+            else float(read_magnitude("outside_bytes", outside_bytes))
+        )
     except PresetError:
         return np.where(fits, 0, 2)
-    peak = formula("memory.device_peak").lambdify()(counted_bytes=memory, allocator_reserve=reserve,
-                                                     outside_bytes=beyond)
+    peak = formula("memory.device_peak").lambdify()(
+        counted_bytes=memory, allocator_reserve=reserve, outside_bytes=beyond
+    )
     return np.where(~np.asarray(fits), 2, np.where(peak <= hbm, 0, 1))
 
 

@@ -35,22 +35,49 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
     for dtype, item in table.get("peak", {}).items():
         value, sources[f"peak.{dtype}"] = _sourced(key, f"peak.{dtype}", item)
         peaks[dtype] = value
-    for fld, attr in (("hbm", "hbm"), ("hbm_bandwidth", "hbm_bandwidth"),
-                      ("scale_up_bandwidth", "scale_up"), ("scale_out_bandwidth", "scale_out"),
-                      ("gpus_per_node", "gpus_per_node"), ("scale_up_domain", "scale_up_domain"),
-                      ("scale_up_links", "scale_up_links"), ("sms", "sms"), ("host_memory", "host_memory")):
+    for fld, attr in (
+        ("hbm", "hbm"),
+        ("hbm_bandwidth", "hbm_bandwidth"),
+        ("scale_up_bandwidth", "scale_up"),
+        ("scale_out_bandwidth", "scale_out"),
+        ("gpus_per_node", "gpus_per_node"),
+        ("scale_up_domain", "scale_up_domain"),
+        ("scale_up_links", "scale_up_links"),
+        ("sms", "sms"),
+        ("host_memory", "host_memory"),
+    ):
         if fld in table:
             kw[attr], sources[fld] = _sourced(key, fld, table[fld])
     if not peaks:
         raise PresetError(f"{key}: no peak FLOP/s given")
-    unknown = set(table) - {"name", "generation", "platform", "peak", "hbm", "hbm_bandwidth", "scale_up_bandwidth",
-                            "scale_out_bandwidth", "gpus_per_node", "scale_up_domain", "scale_up_links", "sms", "host_memory"}
+    unknown = set(table) - {
+        "name",
+        "generation",
+        "platform",
+        "peak",
+        "hbm",
+        "hbm_bandwidth",
+        "scale_up_bandwidth",
+        "scale_out_bandwidth",
+        "gpus_per_node",
+        "scale_up_domain",
+        "scale_up_links",
+        "sms",
+        "host_memory",
+    }
     if unknown:
         raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
     if "platform" not in table:
         raise PresetError(f"{key}: no platform given (one of {', '.join(PLATFORMS)})")
-    hw = Hardware(name=table.get("name", key), peaks=peaks, generation=table.get("generation", key),
-                  platform=table["platform"], sources=sources, key=key, **kw)
+    hw = Hardware(
+        name=table.get("name", key),
+        peaks=peaks,
+        generation=table.get("generation", key),
+        platform=table["platform"],
+        sources=sources,
+        key=key,
+        **kw,
+    )
     recipes = [d for d in TRAINING_DTYPES if d not in hw.peaks and peak_format(d) in hw.peaks]
     ceilings = {dtype: gemm_ceiling(key, dtype, hw) for dtype in (*hw.peaks, *recipes)}
     return replace(hw, ceilings={dtype: c for dtype, c in ceilings.items() if c is not None})
@@ -87,8 +114,13 @@ def _hbm_measured(key: str) -> tuple[float, str] | None:
         return None
     value, source = _sourced(f"hbm.{key}", "bandwidth", entry)
     datasheet = _hardware_tables()[key]["hbm_bandwidth"]["value"]
-    return float(as_quantity("bandwidth", value).to("B/s").magnitude / as_quantity("hbm_bandwidth", datasheet).to("B/s").magnitude), \
-        f"{source}: {value} ({entry['kernel']}), {entry['software']}"
+    return (
+        float(
+            as_quantity("bandwidth", value).to("B/s").magnitude
+            / as_quantity("hbm_bandwidth", datasheet).to("B/s").magnitude
+        ),
+        f"{source}: {value} ({entry['kernel']}), {entry['software']}",
+    )
 
 
 def memory_efficiency(hw: Hardware) -> tuple[float, str]:
@@ -98,9 +130,14 @@ def memory_efficiency(hw: Hardware) -> tuple[float, str]:
     measured = _hbm_measured(hw.key) if hw.key in _hardware_tables() else None
     if measured is not None:
         return measured[0], ""
-    return (_geometric_mean([_hbm_measured(k)[0] for k in _ceiling_file()["hbm"]]),
-            f"{hw.key or hw.name}: no measured HBM bandwidth, so the memory efficiency is the one pooled over the "
-            "measured devices (presets/ceilings.toml [hbm]); pass memory_efficiency= or a profile")
+    return (
+        _geometric_mean([_hbm_measured(k)[0] for k in _ceiling_file()["hbm"]]),
+        (
+            f"{hw.key or hw.name}: no measured HBM bandwidth, so the memory efficiency is the one"
+            " pooled over the measured devices (presets/ceilings.toml [hbm]); pass"
+            " memory_efficiency= or a profile"
+        ),
+    )
 
 
 def _measured(key: str, dtype: str) -> tuple[float, str, str] | None:
@@ -115,7 +152,9 @@ def _measured(key: str, dtype: str) -> tuple[float, str, str] | None:
         _sourced(f"gemm.{key}", dtype, {"value": entry["same_as"], **entry})
         taken = _measured(entry["same_as"], dtype)
         if taken is None:
-            raise PresetError(f"gemm.{key}.{dtype}: same_as {entry['same_as']!r} has no measured {dtype} ceiling")
+            raise PresetError(
+                f"gemm.{key}.{dtype}: same_as {entry['same_as']!r} has no measured {dtype} ceiling"
+            )
         taken_for = f"taken for {key}: {entry['source']} ({entry.get('note', '')})"
         return taken[0], f"{taken[1]}; {taken_for}", taken[2]
     value, source = _sourced(f"gemm.{key}", dtype, entry)
@@ -130,8 +169,12 @@ def pooled_ceiling(dtype: str) -> float | None:
     bf16's, the rate of the same tensor cores) over the presets that have one of their own, or None
     where none has."""
     dtype = "bf16" if dtype == "fp16" else dtype
-    fractions = [m[0] for key, table in _ceiling_tables().items() for d, entry in table.items()
-                 if d == dtype and "same_as" not in entry and (m := _measured(key, d))]
+    fractions = [
+        m[0]
+        for key, table in _ceiling_tables().items()
+        for d, entry in table.items()
+        if d == dtype and "same_as" not in entry and (m := _measured(key, d))
+    ]
     return _geometric_mean(fractions) if fractions else None
 
 
@@ -143,8 +186,16 @@ def gemm_ceiling(key: str, dtype: str, hw: Hardware) -> Ceiling | None:
     if measured is not None:
         fraction, source, note = measured
         return Ceiling(fraction, source, note and f"{dtype} on {key}: {note}")
-    if dtype == "fp16" and (bf16 := _measured(key, "bf16")) is not None and hw.peaks.get("bf16") == hw.peaks.get("fp16"):
-        return Ceiling(bf16[0], bf16[1], f"no fp16 measurement of {key}: its bf16 fraction (fp16 runs at the bf16 rate)")
+    if (
+        dtype == "fp16"
+        and (bf16 := _measured(key, "bf16")) is not None
+        and hw.peaks.get("bf16") == hw.peaks.get("fp16")
+    ):
+        return Ceiling(
+            bf16[0],
+            bf16[1],
+            f"no fp16 measurement of {key}: its bf16 fraction (fp16 runs at the bf16 rate)",
+        )
     return None
 
 
@@ -161,8 +212,10 @@ def memory_reserve(allocator: str) -> dict:
     if fitted is None:
         raise PresetError("memory: the allocator's reserve comes with the shipped calibration file")
     if fitted["allocator"] != allocator:
-        raise PresetError(f"memory: the reserve is fitted on measured peaks of {fitted['allocator']}'s allocator, "
-                          f"not {allocator}'s")
+        raise PresetError(
+            f"memory: the reserve is fitted on measured peaks of {fitted['allocator']}'s allocator,"
+            f" not {allocator}'s"
+        )
     return fitted
 
 
@@ -172,10 +225,17 @@ def memory_outside(allocator: str) -> dict:
     largest snapshot), in bytes as quantities, and basis."""
     fitted = memory_reserve(allocator)
     if "outside_bytes" not in fitted:
-        raise PresetError(f"memory: no memory outside {allocator}'s allocator is fitted (calibration.toml [memory])")
-    return {"outside": Q(fitted["outside_bytes"], "byte"), "stderr": Q(fitted["outside_stderr_bytes"], "byte"),
-            "low": Q(fitted["outside_low_bytes"], "byte"), "high": Q(fitted["outside_high_bytes"], "byte"),
-            "basis": fitted["outside_basis"]}
+        raise PresetError(
+            f"memory: no memory outside {allocator}'s allocator is fitted (calibration.toml"
+            " [memory])"
+        )
+    return {
+        "outside": Q(fitted["outside_bytes"], "byte"),
+        "stderr": Q(fitted["outside_stderr_bytes"], "byte"),
+        "low": Q(fitted["outside_low_bytes"], "byte"),
+        "high": Q(fitted["outside_high_bytes"], "byte"),
+        "basis": fitted["outside_basis"],
+    }
 
 
 def outside_floor(allocator: str):
@@ -195,8 +255,10 @@ def matmul_efficiency(hw: Hardware, dtype: str) -> tuple[float | None, str]:
     if ceiling is not None:
         return ceiling.fraction, ceiling.note and f"matmul efficiency: {ceiling.note}"
     pooled = pooled_ceiling(dtype)
-    return pooled, pooled and (f"{hw.key or hw.name}: no measured {dtype} GEMM ceiling, so the matmul efficiency is "
-                               "the one pooled over the measured devices; pass matmul_efficiency= or a profile")
+    return pooled, pooled and (
+        f"{hw.key or hw.name}: no measured {dtype} GEMM ceiling, so the matmul efficiency is "
+        "the one pooled over the measured devices; pass matmul_efficiency= or a profile"
+    )
 
 
 @cache
@@ -211,15 +273,23 @@ def calibration(stack_name: str) -> Calibration:
     data = _calibration_file()
     family = stack(stack_name)["efficiency"]
     if "stack_efficiency" not in data:
-        return Calibration(stack_efficiency=None, attention_factor=None, overlap=overlap_fraction(), key=family)
+        return Calibration(
+            stack_efficiency=None, attention_factor=None, overlap=overlap_fraction(), key=family
+        )
     fitted, errors = data["stack_efficiency"], data.get("stack_efficiency_stderr", {})
     spread = data.get("interval", {})
     pooled = family not in fitted
-    return Calibration(stack_efficiency=fitted["default" if pooled else family], overlap=overlap_fraction(),
-                       attention_factor=data["shared"]["attention_factor"],
-                       provenance=data.get("provenance", {}).get("summary", ""),
-                       interval=(spread["low"], spread["high"]) if spread else None, coverage=spread.get("coverage"),
-                       key=family, pooled=pooled, standard_error=errors.get(family))
+    return Calibration(
+        stack_efficiency=fitted["default" if pooled else family],
+        overlap=overlap_fraction(),
+        attention_factor=data["shared"]["attention_factor"],
+        provenance=data.get("provenance", {}).get("summary", ""),
+        interval=(spread["low"], spread["high"]) if spread else None,
+        coverage=spread.get("coverage"),
+        key=family,
+        pooled=pooled,
+        standard_error=errors.get(family),
+    )
 
 
 def dropless_imbalance() -> dict:
@@ -292,7 +362,10 @@ def as_model(value) -> Model:
         return Model.from_hf(value)
     if isinstance(value, str):
         return model(value)
-    raise InputError(f"model: expected a Model, a preset's name or a config.json path, got {type(value).__name__}")
+    raise InputError(
+        "model: expected a Model, a preset's name or a config.json path, got"
+        f" {type(value).__name__}"
+    )
 
 
 def as_hardware(value) -> Hardware:
@@ -301,7 +374,9 @@ def as_hardware(value) -> Hardware:
         return value
     if isinstance(value, str):
         return hardware(value)
-    raise InputError(f"hardware: expected a Hardware or a preset's name, got {type(value).__name__}")
+    raise InputError(
+        f"hardware: expected a Hardware or a preset's name, got {type(value).__name__}"
+    )
 
 
 def hardwares() -> list[str]:
@@ -322,7 +397,9 @@ def llama3_interruption_rate():
     """Unexpected interruptions per second per GPU in Llama 3's 54-day snapshot (419 on 16,384
     GPUs)."""
     r = reliability_value
-    return (r("llama3", "unexpected_interruptions") / (r("llama3", "period") * r("llama3", "gpus"))).to("1/s")
+    return (
+        r("llama3", "unexpected_interruptions") / (r("llama3", "period") * r("llama3", "gpus"))
+    ).to("1/s")
 
 
 def synchronous_restart_time():
@@ -345,7 +422,9 @@ def nccl_latency(link: str):
 def nccl_efficiency(link: str) -> float:
     """Share of ``link``'s bandwidth ("scale_up" or "scale_out") NCCL's rings reach, from
     collectives.toml."""
-    value, _ = _sourced("nccl", f"{link}_efficiency", _collective_tables()["nccl"][f"{link}_efficiency"])
+    value, _ = _sourced(
+        "nccl", f"{link}_efficiency", _collective_tables()["nccl"][f"{link}_efficiency"]
+    )
     return value
 
 
@@ -382,7 +461,7 @@ def stack(name: str) -> dict:
         raise UnknownNameError("stack", name, tables)
     own = dict(tables[name])
     inherited = stack(own.pop("base")) if "base" in own else {}
-    return inherited | {k: (v if k == "name" else _sourced(name, k, v)[0]) for k, v in own.items()}
+    return inherited | {k: v if k == "name" else _sourced(name, k, v)[0] for k, v in own.items()}
 
 
 @cache
@@ -397,7 +476,9 @@ def precision(dtype: str, fp8_recipe: str | None = None) -> dict | None:
     entry = dict(entry)
     recipes = entry.pop("recipes", None)
     if recipes is not None:
-        entry |= recipes[FP8_RECIPES[0] if fp8_recipe is None else choice("fp8_recipe", fp8_recipe, FP8_RECIPES)]
+        entry |= recipes[
+            FP8_RECIPES[0] if fp8_recipe is None else choice("fp8_recipe", fp8_recipe, FP8_RECIPES)
+        ]
     out = {k: v if isinstance(v, str) else _sourced(dtype, k, v)[0] for k, v in entry.items()}
     for k in ("operand_bytes", "sent_bytes"):
         if k in out:
@@ -409,7 +490,9 @@ def gemm_tile(generation: str):
     """(T_m, T_n) of the generation's most efficient GEMM tile, or None when kernels.toml has
     none."""
     entry = _kernel_tables()["gemm"].get(generation)
-    return None if entry is None else tuple(_sourced(f"gemm.{generation}", "tile", entry["tile"])[0])
+    return (
+        None if entry is None else tuple(_sourced(f"gemm.{generation}", "tile", entry["tile"])[0])
+    )
 
 
 def attention_efficiency(kernel: str, generation: str):

@@ -16,7 +16,9 @@ def field_quantity(name: str, value, unit: str) -> Quantity:
     Quantity)."""
     shown, value = value, quantity(name, value)
     if not isinstance(value, Quantity):
-        raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {shown!r}")
+        raise UnitError(
+            f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {shown!r}"
+        )
     if value.dimensionality != Unit.of(unit).dimensionality:
         raise UnitError(f"{name}: expected a quantity in {unit}, got {value:~P}")
     magnitude = in_range(name, exact_number(value.to(unit).magnitude), shown)
@@ -32,14 +34,18 @@ def check_full_mesh(argument: str, links: int, domain: int) -> None:
     """Raise unless ``links`` direct links per accelerator connect each of ``domain`` accelerators
     to every other (a fully connected scale-up domain)."""
     if links < domain - 1:
-        raise InputError(f"{argument}: {links} direct links per accelerator cannot connect each of {domain} "
-                         f"accelerators to every other; a fully connected domain of {domain} needs {domain - 1}")
+        raise InputError(
+            f"{argument}: {links} direct links per accelerator cannot connect each of {domain} "
+            f"accelerators to every other; a fully connected domain of {domain} needs {domain - 1}"
+        )
 
 
 def check_domain(domain: int, gpus_per_node: int) -> None:
     """Raise unless a scale-up domain of ``domain`` accelerators is a whole number of nodes."""
     if domain % gpus_per_node:
-        raise InputError(f"scale_up_domain: {domain} is not a whole number of nodes of {gpus_per_node} GPUs")
+        raise InputError(
+            f"scale_up_domain: {domain} is not a whole number of nodes of {gpus_per_node} GPUs"
+        )
 
 
 #: keyword → field of :class:`Hardware` for the links' bandwidths, as Plan and search name them
@@ -67,7 +73,9 @@ class Calibration:
     overlap: float
     attention_factor: float | None = 1.0
     provenance: str = ""
-    interval: tuple[float, float] | None = None  # measured/predicted step time: (low, high) quantiles
+    interval: tuple[float, float] | None = (
+        None  # measured/predicted step time: (low, high) quantiles
+    )
     coverage: float | None = None  # the probability [low, high] is meant to hold
     key: str = ""  # the fitted constant's name: the stack family whose sources pin it
     pooled: bool = False  # no source of this family: the value pooled over the fitted families
@@ -87,29 +95,48 @@ class Hardware:
     scale_out: Quantity | None = Shown()
     gpus_per_node: int = 8
     scale_up_domain: int | None = None  # accelerators on one NVLink-class domain; None: the node
-    scale_up_links: int | None = None  # direct links per accelerator of a fully connected domain; None: switched
+    scale_up_links: int | None = (
+        None  # direct links per accelerator of a fully connected domain; None: switched
+    )
     sms: int | None = None  # streaming multiprocessors (compute units)
     host_memory: Quantity | None = Shown()  # host DRAM of one node
     generation: str = ""
-    platform: str = ""  # choices.PLATFORMS: the software it runs ("": not said, no stack is refused on it)
+    platform: str = (
+        ""  # choices.PLATFORMS: the software it runs ("": not said, no stack is refused on it)
+    )
     sources: dict = field(default_factory=dict, compare=False)
-    ceilings: dict = field(default_factory=dict, compare=False)  # dtype → Ceiling (presets/ceilings.toml)
+    # dtype → Ceiling (presets/ceilings.toml)
+    ceilings: dict = field(
+        default_factory=dict, compare=False
+    )
     key: str = ""
 
     def __post_init__(self):
         held = self.__dict__
-        peaks = {k: field_quantity(f"peak_flops[{k}]", v, "FLOP/s") for k, v in dict(held["peaks"] or {}).items()}
+        peaks = {
+            k: field_quantity(f"peak_flops[{k}]", v, "FLOP/s")
+            for k, v in dict(held["peaks"] or {}).items()
+        }
         object.__setattr__(self, "peaks", peaks)
-        for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"), ("scale_out", "byte/s"),
-                           ("host_memory", "byte")):
+        for attr, unit in (
+            ("hbm", "byte"),
+            ("hbm_bandwidth", "byte/s"),
+            ("scale_up", "byte/s"),
+            ("scale_out", "byte/s"),
+            ("host_memory", "byte"),
+        ):
             v = held[attr]
             if v is not None:
                 object.__setattr__(self, attr, field_quantity(_NAMES.get(attr, attr), v, unit))
         if self.platform != "":
             choice("platform", self.platform, PLATFORMS)
-        object.__setattr__(self, "gpus_per_node", count("gpus_per_node", self.gpus_per_node, allow_symbol=False))
+        object.__setattr__(
+            self, "gpus_per_node", count("gpus_per_node", self.gpus_per_node, allow_symbol=False)
+        )
         domain = self.gpus_per_node if self.scale_up_domain is None else self.scale_up_domain
-        object.__setattr__(self, "scale_up_domain", count("scale_up_domain", domain, allow_symbol=False))
+        object.__setattr__(
+            self, "scale_up_domain", count("scale_up_domain", domain, allow_symbol=False)
+        )
         check_domain(self.scale_up_domain, self.gpus_per_node)
         if self.sms is not None:
             object.__setattr__(self, "sms", count("sms", self.sms, allow_symbol=False))
@@ -121,8 +148,10 @@ class Hardware:
     def _link(self, keyword: str):
         v = getattr(self, keyword.removesuffix("_bandwidth"))
         if v is None:
-            raise PresetError(f"{self.key or self.name} has no {keyword.replace('_', ' ')} with a source; "
-                              f"give one with hw.replace({keyword}=...)")
+            raise PresetError(
+                f"{self.key or self.name} has no {keyword.replace('_', ' ')} with a source; "
+                f"give one with hw.replace({keyword}=...)"
+            )
         return v
 
     def peak_flops(self, dtype: str = "bf16"):
@@ -130,6 +159,7 @@ class Hardware:
         recipe's GEMMs run in (mxfp8: fp8, nvfp4: fp4; presets/precisions.toml)."""
         if dtype not in self.peaks:
             from . import peak_format
+
             dtype = peak_format(dtype)
         if dtype not in self.peaks:
             raise UnknownNameError(f"dtype for {self.key or self.name}", dtype, self.peaks)
@@ -157,7 +187,11 @@ class Hardware:
             changes["peaks"] = pf if isinstance(pf, dict) else {**self.peaks, "bf16": pf}
         unknown = set(changes) - {f for f in self.__dataclass_fields__}
         if unknown:
-            raise UnknownNameError("hardware field", sorted(unknown)[0], list(self.__dataclass_fields__) + list(FIELD_ALIASES))
+            raise UnknownNameError(
+                "hardware field",
+                sorted(unknown)[0],
+                list(self.__dataclass_fields__) + list(FIELD_ALIASES),
+            )
         return replace(self, **changes)
 
     def __str__(self) -> str:

@@ -33,9 +33,10 @@ def _time_collectives(rank: int, world: int, sizes: list[int], reps: int, device
     for name in COLLECTIVES:
         out[name] = []
         for size in sizes:
+            # float32 elements, divisible by the world size
             n = max(
                 world, size // 4 // world * world
-            )  # float32 elements, divisible by the world size
+            )
             x = torch.ones(n, device=device)
             if name == "all_reduce":
                 op = lambda: dist.all_reduce(x)  # noqa: E731
@@ -140,9 +141,8 @@ def measure(backend: str, ranks: int, sizes: list[int], reps: int = 5) -> dict:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as outdir:
-        if (
-            "RANK" in os.environ and "WORLD_SIZE" in os.environ
-        ):  # torchrun: this process is one rank
+        # torchrun: this process is one rank
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             import torch.distributed as dist
 
             dist.init_process_group(backend)

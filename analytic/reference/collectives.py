@@ -176,11 +176,8 @@ def _ring_checks(res: dict, gen) -> None:
     world = res["world"]
     ranks = list(range(world))
     for dtype in (torch.float64, torch.float32, torch.int64):
-        for length in (
-            world * 6,
-            world * 6 + 1,
-            7,
-        ):  # divisible by the world size, and two uneven lengths
+        # divisible by the world size, and two uneven lengths
+        for length in (world * 6, world * 6 + 1, 7):
             x = (torch.randint(-50, 50, (length,), generator=gen)).to(dtype)
             ref = x.clone()
             dist.all_reduce(ref)

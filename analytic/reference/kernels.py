@@ -52,7 +52,9 @@ class LayerNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, bias, eps):
         rows = x.reshape(-1, x.shape[-1])
-        mean, rstd = (torch.empty(rows.shape[0], 1, dtype=torch.float32, device=x.device) for _ in range(2))
+        mean, rstd = (
+            torch.empty(rows.shape[0], 1, dtype=torch.float32, device=x.device) for _ in range(2)
+        )
         out = torch.empty_like(rows)
         for r in _blocks(rows):
             xf = rows[r].float()
@@ -74,7 +76,11 @@ class LayerNormFn(torch.autograd.Function):
             gw += (gf * xhat).sum(0)
             gb += gf.sum(0)
             gx_hat = gf * w.float()
-            gx[r] = rstd[r] * (gx_hat - gx_hat.mean(-1, keepdim=True) - xhat * (gx_hat * xhat).mean(-1, keepdim=True))
+            gx[r] = rstd[r] * (
+                gx_hat
+                - gx_hat.mean(-1, keepdim=True)
+                - xhat * (gx_hat * xhat).mean(-1, keepdim=True)
+            )
         return gx.view(x.shape), gw.to(w.dtype), gb.to(w.dtype), None
 
 
@@ -110,7 +116,9 @@ class FlashCoreFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale):
-        scores = ((q @ k.transpose(-1, -2)) * scale + mask).to(torch.promote_types(q.dtype, torch.float32))
+        scores = ((q @ k.transpose(-1, -2)) * scale + mask).to(
+            torch.promote_types(q.dtype, torch.float32)
+        )
         lse = torch.logsumexp(scores, dim=-1, keepdim=True)
         out = torch.exp(scores - lse).to(q.dtype) @ v
         ctx.save_for_backward(q, k, v, out, lse)
@@ -120,7 +128,9 @@ class FlashCoreFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         q, k, v, out, lse = ctx.saved_tensors
-        p = torch.exp(((q @ k.transpose(-1, -2)) * ctx.scale + ctx.mask).to(lse.dtype) - lse).to(q.dtype)
+        p = torch.exp(((q @ k.transpose(-1, -2)) * ctx.scale + ctx.mask).to(lse.dtype) - lse).to(
+            q.dtype
+        )
         dv = p.transpose(-1, -2) @ g
         dp = g @ v.transpose(-1, -2)
         ds = p * (dp - (g * out).sum(dim=-1, keepdim=True))

@@ -113,9 +113,8 @@ def _run(loss, context, hidden: torch.Tensor, target: torch.Tensor) -> None:
     """One loss forward and backward from the output layer's 16-bit logits, as a training step takes
     it."""
     with context():
-        logits = (
-            hidden * 1
-        )  # the output layer's result: allocated here, freed once the loss is taken
+        # the output layer's result: allocated here, freed once the loss is taken
+        logits = hidden * 1
         value = loss(logits, target)
         del logits  # the training loop keeps only the loss
         value.backward()

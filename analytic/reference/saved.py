@@ -155,9 +155,8 @@ class MoEHalf(nn.Module):
     def forward(self, x):
         s, h = x.shape
         y = _norm(x, self.norm)
-        with (
-            torch.no_grad()
-        ):  # routing: the router's own saved scores are not what this half measures
+        # routing: the router's own saved scores are not what this half measures
+        with (torch.no_grad()):
             scores = torch.sigmoid(self.router(y).float())
             top = scores.topk(self.k, dim=-1).indices
             prob = scores.gather(-1, top)  # [s, k] fp32
@@ -173,9 +172,8 @@ class MoEHalf(nn.Module):
             )
             outs.append(act @ self.w2[e])
             start += n
-        out = (
-            torch.cat(outs)[order.argsort()].view(s, self.k, h).sum(1)
-        )  # the combine, back in token order
+        # the combine, back in token order
+        out = torch.cat(outs)[order.argsort()].view(s, self.k, h).sum(1)
         if self.shared13 is not None:
             out = out + self.shared2(WeightedSwiGLU.apply(self.shared13(y)))
         return x + out
@@ -208,12 +206,12 @@ class LegacyLlamaLayer(nn.Module):
     def forward(self, x):
         s, b, h = x.shape
         qkv = self.qkv(_norm(x, self.norm1)).view(s, b, 3, self.a, h // self.a)
+        # rearrange 's b ... -> b s ...'
         q, k, v = (
             qkv[:, :, i].transpose(0, 1).contiguous() for i in range(3)
-        )  # rearrange 's b ... -> b s ...'
-        context = (
-            FlashAttention.apply(q, k, v).transpose(0, 1).reshape(s, b, h).contiguous()
-        )  # 'b s h d -> s b (h d)'
+        )
+        # 'b s h d -> s b (h d)'
+        context = FlashAttention.apply(q, k, v).transpose(0, 1).reshape(s, b, h).contiguous()
         x = x + _dropout(self.dense(context), self.p)
         gate, up = torch.chunk(self.h_to_4h(_norm(x, self.norm2)), 2, dim=-1)
         return x + _dropout(self.four_h_to_h(F.silu(gate) * up), self.p)

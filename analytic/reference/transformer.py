@@ -47,7 +47,9 @@ class Norm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, m: Model, dtype, attention: str, dropout: float, recompute_core: bool = False):
+    def __init__(
+        self, m: Model, dtype, attention: str, dropout: float, recompute_core: bool = False
+    ):
         super().__init__()
         self.recompute_core = recompute_core
         h, a, kv, d = m.hidden, m.heads, m.kv_heads, m.head_dim
@@ -68,9 +70,14 @@ class Attention(nn.Module):
         if self.rope:
             q, k = rope(q, cos, sin), rope(k, cos, sin)
         if self.attention == "flash":
+
             def core(q, k, v):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.a)
-            if self.recompute_core:  # selective recomputation: keep q, k, v; redo the attention core
+                return F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, enable_gqa=self.kv != self.a
+                )
+
+            # selective recomputation: keep q, k, v; redo the attention core
+            if self.recompute_core:
                 out = torch.utils.checkpoint.checkpoint(core, q, k, v, use_reentrant=False)
             else:
                 out = core(q, k, v)
@@ -85,6 +92,7 @@ class Attention(nn.Module):
                     return FlashCoreFn.apply(q, k, v, causal[:s, :s], 1.0 / math.sqrt(self.d))
                 scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d)) + causal[:s, :s]
                 return dropout(torch.softmax(scores, dim=-1), self.dropout, self.training) @ v
+
             if self.recompute_core:
                 out = torch.utils.checkpoint.checkpoint(core, q, k, v, use_reentrant=False)
             else:
@@ -101,7 +109,14 @@ class MLAttention(nn.Module):
 
     def __init__(self, m: Model, dtype, attention: str = "flash"):
         super().__init__()
-        h, a, d, dr, rq, rkv = m.hidden, m.heads, m.head_dim, m.rope_dim, m.q_lora_rank, m.kv_lora_rank
+        h, a, d, dr, rq, rkv = (
+            m.hidden,
+            m.heads,
+            m.head_dim,
+            m.rope_dim,
+            m.q_lora_rank,
+            m.kv_lora_rank,
+        )
         self.a, self.d, self.dr, self.rkv, self.attention = a, d, dr, rkv, attention
         self.q_a = nn.Linear(h, rq, bias=False, dtype=dtype)
         self.q_norm = Norm(rq, "rmsnorm", dtype)
@@ -123,7 +138,9 @@ class MLAttention(nn.Module):
         elif self.attention == "flash-matmul":
             out = FlashCoreFn.apply(q, k, v, causal[:s, :s], 1.0 / math.sqrt(self.d + self.dr))
         else:  # explicit matmuls: QKᵀ over d_h + d_r, attention over V of d_h, counted in full
-            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d + self.dr)) + causal[:s, :s]
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d + self.dr)) + causal[
+                :s, :s
+            ]
             out = torch.softmax(scores, dim=-1) @ v
         return self.o(out.transpose(1, 2).reshape(b, s, self.a * self.d))
 
@@ -157,7 +174,9 @@ class MoE(nn.Module):
         self.k = m.topk
         self.router = nn.Linear(h, m.experts, bias=False, dtype=dtype)
         self.experts = nn.ModuleList(MLP(h, fe, "swiglu", False, dtype) for _ in range(m.experts))
-        self.shared = nn.ModuleList(MLP(h, fe, "swiglu", False, dtype) for _ in range(m.shared_experts))
+        self.shared = nn.ModuleList(
+            MLP(h, fe, "swiglu", False, dtype) for _ in range(m.shared_experts)
+        )
 
     def forward(self, x):
         b, s, h = x.shape
@@ -167,19 +186,35 @@ class MoE(nn.Module):
         for e, expert in enumerate(self.experts):
             rows, slot = (chosen == e).nonzero(as_tuple=True)
             if rows.numel():
-                out = out.index_add(0, rows, expert(flat[rows]) * weights[rows, slot, None].to(flat.dtype))
+                out = out.index_add(
+                    0, rows, expert(flat[rows]) * weights[rows, slot, None].to(flat.dtype)
+                )
         for expert in self.shared:
             out = out + expert(flat)
         return out.view(b, s, h)
 
 
 class Block(nn.Module):
-    def __init__(self, m: Model, dtype, attention: str, moe: bool, dropout: float = 0.0, recompute_core: bool = False):
+    def __init__(
+        self,
+        m: Model,
+        dtype,
+        attention: str,
+        moe: bool,
+        dropout: float = 0.0,
+        recompute_core: bool = False,
+    ):
         super().__init__()
         self.norm1 = Norm(m.hidden, m.norm, dtype)
-        self.attn = MLAttention(m, dtype, attention) if m.attention == "mla" else Attention(m, dtype, attention, dropout, recompute_core)
+        self.attn = (
+            MLAttention(m, dtype, attention)
+            if m.attention == "mla"
+            else Attention(m, dtype, attention, dropout, recompute_core)
+        )
         self.norm2 = Norm(m.hidden, m.norm, dtype)
-        self.mlp = MoE(m, dtype) if moe else MLP(m.hidden, m.ffn_hidden, m.mlp, m.bias, dtype, dropout)
+        self.mlp = (
+            MoE(m, dtype) if moe else MLP(m.hidden, m.ffn_hidden, m.mlp, m.bias, dtype, dropout)
+        )
 
     def forward(self, x, cos=None, sin=None, causal=None):
         x = x + self.attn(self.norm1(x), cos, sin, causal)
@@ -199,7 +234,9 @@ class MTPModule(nn.Module):
         self.block = Block(m, dtype, attention, m.is_moe)
 
     def forward(self, hidden, emb, cos=None, sin=None, causal=None):
-        return self.block(self.proj(torch.cat([self.hnorm(hidden), self.enorm(emb)], dim=-1)), cos, sin, causal)
+        return self.block(
+            self.proj(torch.cat([self.hnorm(hidden), self.enorm(emb)], dim=-1)), cos, sin, causal
+        )
 
 
 class Transformer(nn.Module):
@@ -207,23 +244,42 @@ class Transformer(nn.Module):
     ``forward(tokens, mtp=True)`` also returns each MTP module's logits; a module runs over all s
     positions (the token k ahead wraps around; DeepSeek-V3 drops the last k positions instead)."""
 
-    def __init__(self, m: Model, *, dtype=torch.float32, attention: str = "explicit", dropout: float = 0.0,
-                 seq_len: int | None = None, recompute_core: bool = False):
+    def __init__(
+        self,
+        m: Model,
+        *,
+        dtype=torch.float32,
+        attention: str = "explicit",
+        dropout: float = 0.0,
+        seq_len: int | None = None,
+        recompute_core: bool = False,
+    ):
         super().__init__()
         choice("attention", attention, ATTENTIONS)
         if dropout and attention != "explicit":
-            raise InputError(f"dropout: only attention='explicit' drops attention probabilities, got {attention!r}")
+            raise InputError(
+                "dropout: only attention='explicit' drops attention probabilities, got"
+                f" {attention!r}"
+            )
         self.m = m
         self.embed = nn.Embedding(m.vocab, m.hidden, dtype=dtype)
-        self.pos = nn.Embedding(m.max_seq_len, m.hidden, dtype=dtype) if m.position == "learned" else None
+        self.pos = (
+            nn.Embedding(m.max_seq_len, m.hidden, dtype=dtype) if m.position == "learned" else None
+        )
         moe_from = m.dense_layers if m.is_moe else m.layers
-        self.blocks = nn.ModuleList(Block(m, dtype, attention, i >= moe_from, dropout, recompute_core)
-                                    for i in range(m.layers))
+        self.blocks = nn.ModuleList(
+            Block(m, dtype, attention, i >= moe_from, dropout, recompute_core)
+            for i in range(m.layers)
+        )
         self.norm = Norm(m.hidden, m.norm, dtype)
-        self.head = None if m.tied_embeddings else nn.Linear(m.hidden, m.vocab, bias=False, dtype=dtype)
+        self.head = (
+            None if m.tied_embeddings else nn.Linear(m.hidden, m.vocab, bias=False, dtype=dtype)
+        )
         self.mtp = nn.ModuleList(MTPModule(m, dtype, attention) for _ in range(m.mtp_modules))
         n = seq_len or 64
-        self.register_buffer("causal", torch.full((n, n), float("-inf"), dtype=dtype).triu(1), persistent=False)
+        self.register_buffer(
+            "causal", torch.full((n, n), float("-inf"), dtype=dtype).triu(1), persistent=False
+        )
         if m.position == "rope":
             inv = 1.0 / (10000 ** (torch.arange(0, m.head_dim, 2).float() / m.head_dim))
             ang = torch.outer(torch.arange(n).float(), inv)

@@ -27,14 +27,19 @@ OUTPUTS = SEARCH_OUTPUTS
 
 def _key(*parts) -> str:
     """A digest of every field of every part (dataclasses by all their fields, recursively)."""
+
     def plain(x):
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            return [type(x).__name__, {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}]
+            return [
+                type(x).__name__,
+                {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)},
+            ]
         if isinstance(x, dict):
             return {str(k): plain(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
         if isinstance(x, (list, tuple)):
             return [plain(v) for v in x]
         return x if isinstance(x, (str, int, float, bool, type(None))) else repr(x)
+
     return hashlib.sha256(json.dumps(plain(parts), sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -43,34 +48,87 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 #: how search counts every layout beyond its degrees and choices (:data:`COUNTED`): Plan's options
 #: and Layout's fields every layout takes, as given to search
-PLAN_OPTIONS = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "grad_dtype", "moment_dtype",
-                "expert_capacity", "pad_to_capacity", "routing_imbalance")
-LAYOUT_OPTIONS = ("etp", "pipeline_layout", "recompute_modules", "fp8_activations", "offload_activations",
-                  "offload_optimizer", "first_stage_layers", "last_stage_layers")
+PLAN_OPTIONS = (
+    "fp8_recipe",
+    "optimizer",
+    "dispatcher",
+    "bf16_layers",
+    "grad_dtype",
+    "moment_dtype",
+    "expert_capacity",
+    "pad_to_capacity",
+    "routing_imbalance",
+)
+LAYOUT_OPTIONS = (
+    "etp",
+    "pipeline_layout",
+    "recompute_modules",
+    "fp8_activations",
+    "offload_activations",
+    "offload_optimizer",
+    "first_stage_layers",
+    "last_stage_layers",
+)
 COUNTED = PLAN_OPTIONS + LAYOUT_OPTIONS
 
 
-def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                   zero3_gather, stack, sequence_parallel=True, counted=None) -> Plan:
+def _template_plan(
+    model,
+    hardware,
+    seq_len,
+    global_batch,
+    dtype,
+    flash_attention,
+    async_tp,
+    comm_sms,
+    zero3_gather,
+    stack,
+    sequence_parallel=True,
+    counted=None,
+) -> Plan:
     """The plan whose expressions search evaluates: degrees, microbatch size and choices left open
     (but pp and vpp, which a given pipeline layout fixes); sequence parallelism on (the layouts with
     tp > 1) or off (tp = 1, where Plan has none); ``counted`` (:data:`COUNTED`) as given."""
     counted = {k: v for k, v in (counted or {}).items() if v is not None}
-    fixed = {k: counted[k] for k in ("pp", "vpp", "recompute") if k in counted}  # where the options fix them
-    layout = Layout(tp=sym("tp"), pp=fixed.get("pp", sym("pp")), dp=sym("dp"), cp=sym("cp"),
-                    ep=sym("ep") if model.is_moe else 1, vpp=fixed.get("vpp", sym("vpp")), zero=sym("zero"),
-                    sequence_parallel=sequence_parallel, async_tp=async_tp and sequence_parallel,
-                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=fixed.get("recompute", sym("recompute")),
-                    schedule=sym("schedule"), **{k: counted[k] for k in LAYOUT_OPTIONS if k in counted})
-    return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
-                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack,
-                **{k: counted[k] for k in PLAN_OPTIONS if k in counted})
+    # where the options fix them
+    fixed = {
+        k: counted[k] for k in ("pp", "vpp", "recompute") if k in counted
+    }
+    layout = Layout(
+        tp=sym("tp"),
+        pp=fixed.get("pp", sym("pp")),
+        dp=sym("dp"),
+        cp=sym("cp"),
+        ep=sym("ep") if model.is_moe else 1,
+        vpp=fixed.get("vpp", sym("vpp")),
+        zero=sym("zero"),
+        sequence_parallel=sequence_parallel,
+        async_tp=async_tp and sequence_parallel,
+        comm_sms=comm_sms,
+        zero3_gather=zero3_gather,
+        recompute=fixed.get("recompute", sym("recompute")),
+        schedule=sym("schedule"),
+        **{k: counted[k] for k in LAYOUT_OPTIONS if k in counted},
+    )
+    return Plan(
+        model,
+        hardware,
+        layout,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        microbatch_size=sym("microbatch_size"),
+        dtype=dtype,
+        flash_attention=flash_attention,
+        stack=stack,
+        **{k: counted[k] for k in PLAN_OPTIONS if k in counted},
+    )
 
 
 def _of_structure(plan: Plan):
     """Search's function of :data:`INPUTS` from the programs of the plan's structure
     (:mod:`analytic.plan.programs`, built where they are not), or None where it has none."""
     from ..plan import template
+
     found = programs.bundle(plan._in, lambda: template.build(plan))
     if found is None:
         return None
@@ -79,36 +137,100 @@ def _of_structure(plan: Plan):
     def evaluate(*args):
         values = {**fixed, **dict(zip(INPUTS, args))}
         return search(*(values.get(k, np.nan) for k in search.inputs))
+
     return evaluate
 
 
-def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16", flash_attention=True,
-                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=None, counted=None) -> None:
+def structure_programs(
+    model,
+    hardware,
+    seq_len,
+    global_batch,
+    *,
+    dtype="bf16",
+    flash_attention=True,
+    async_tp=False,
+    comm_sms=0,
+    zero3_gather="per-block",
+    stack=None,
+    counted=None,
+) -> None:
     """Build the programs of the structures search evaluates for ``model`` (layouts with tp > 1 and
     with tp = 1), or read them from the cache: every hardware of the same structure then searches
     without building anything (a co-design sweep's points)."""
     from ..plan import template
+
     for sp in (True, False):
-        plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                              zero3_gather, stack, sp, counted)
+        plan = _template_plan(
+            model,
+            hardware,
+            seq_len,
+            global_batch,
+            dtype,
+            flash_attention,
+            async_tp,
+            comm_sms,
+            zero3_gather,
+            stack,
+            sp,
+            counted,
+        )
         programs.bundle(plan._in, lambda plan=plan: template.build(plan))
 
 
-def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", stack=None, on_build=None, sequence_parallel=True, counted=None) -> tuple:
+def _compiled(
+    model,
+    hardware,
+    seq_len,
+    global_batch,
+    dtype,
+    flash_attention,
+    async_tp=False,
+    comm_sms=0,
+    zero3_gather="per-block",
+    stack=None,
+    on_build=None,
+    sequence_parallel=True,
+    counted=None,
+) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
     to be built now. It is the search program of the configuration's structure where that is built
     (in memory or in the cache); otherwise a :class:`~analytic.core.numeric.Program` from memory or
     the disk cache, or built now (``on_build()`` is called first). The cache holds data only,
     validated when read; a file that is not a valid program is rebuilt."""
-    plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                          zero3_gather, stack, sequence_parallel, counted)
+    plan = _template_plan(
+        model,
+        hardware,
+        seq_len,
+        global_batch,
+        dtype,
+        flash_attention,
+        async_tp,
+        comm_sms,
+        zero3_gather,
+        stack,
+        sequence_parallel,
+        counted,
+    )
     found = _of_structure(plan)
     if found is not None:
         return found, False
-    key = _key(cache.library_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
-               async_tp and sequence_parallel, comm_sms, zero3_gather, plan.stack, sequence_parallel, plan.fp8_recipe,
-               {k: v for k, v in (counted or {}).items() if k != "fp8_recipe"})
+    key = _key(
+        cache.library_digest(),
+        model,
+        hardware,
+        seq_len,
+        global_batch,
+        dtype,
+        flash_attention,
+        async_tp and sequence_parallel,
+        comm_sms,
+        zero3_gather,
+        plan.stack,
+        sequence_parallel,
+        plan.fp8_recipe,
+        {k: v for k, v in (counted or {}).items() if k != "fp8_recipe"},
+    )
     if key in _COMPILED:
         return _COMPILED[key], False
     folder = cache.cache_dir()
@@ -123,6 +245,9 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
             on_build()
         fn, built = program([plan.expr(q).expr for q in OUTPUTS], {sym(k): k for k in INPUTS}), True
         if path is not None:
-            cache.write_json(path, fn.to_json())  # a read-only cache only costs the next search its compile time
+            # a read-only cache only costs the next search its compile time
+            cache.write_json(
+                path, fn.to_json()
+            )
     _COMPILED[key] = fn
     return fn, built

@@ -27,7 +27,10 @@ def frame_with_units(columns: dict, units: dict, **attrs):
     """A DataFrame of ``columns`` (name → values), each with a unit named (``name [unit]``; "" for a
     number without one), the units also in ``attrs["units"]``."""
     import pandas as pd
-    frame = pd.DataFrame({f"{k} [{units[k]}]" if units.get(k) else k: v for k, v in columns.items()})
+
+    frame = pd.DataFrame(
+        {f"{k} [{units[k]}]" if units.get(k) else k: v for k, v in columns.items()}
+    )
     frame.attrs.update(units={k: units.get(k, "") for k in columns}, **attrs)
     return frame
 
@@ -48,8 +51,12 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong"):
     d = gpus / per
 
     def at(dp):  # the plan at dp replicas (a number, or the symbol)
-        return plan.replace(layout=lay.replace(dp=dp),
-                            global_batch=plan.global_batch if mode == "strong" else exact(plan.global_batch) / lay.dp * dp)
+        return plan.replace(
+            layout=lay.replace(dp=dp),
+            global_batch=(
+                plan.global_batch if mode == "strong" else exact(plan.global_batch) / lay.dp * dp
+            ),
+        )
 
     notes = []
     for n in d:  # each point must be a plan Plan accepts (batch split, ep dividing dp, ...)
@@ -65,29 +72,58 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong"):
     step, mfu = np.full(d.shape, np.nan), np.full(d.shape, np.nan)
     step[ok] = free.expr("step_time").lambdify()(dp=d[ok])
     mfu[ok] = free.expr("mfu").lambdify()(dp=d[ok])
-    return frame_with_units({"gpus": gpus.astype(int), "dp": d.astype(int), "step_time": step, "mfu": mfu, "note": notes},
-                  {"step_time": "s"}, expression=free.expr("step_time"), mode=mode)
+    return frame_with_units(
+        {
+            "gpus": gpus.astype(int),
+            "dp": d.astype(int),
+            "step_time": step,
+            "mfu": mfu,
+            "note": notes,
+        },
+        {"step_time": "s"},
+        expression=free.expr("step_time"),
+        mode=mode,
+    )
 
 
 def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None):
     """The memory breakdown (GB per GPU, of the fullest stage) for each value of one discrete or
     numeric input."""
-    given = [(k, v) for k, v in (("zero", zero), ("recompute", recompute), ("seq_len", seq_len)) if v is not None]
+    given = [
+        (k, v)
+        for k, v in (("zero", zero), ("recompute", recompute), ("seq_len", seq_len))
+        if v is not None
+    ]
     if len(given) != 1:
         raise InputError("memory sweep: give exactly one of zero=, recompute=, seq_len=")
     key, values = given[0]
     rows = []
     for v in values:
-        p = plan.replace(seq_len=v) if key == "seq_len" else plan.replace(layout=plan.layout.replace(**{key: v}))
+        p = (
+            plan.replace(seq_len=v)
+            if key == "seq_len"
+            else plan.replace(layout=plan.layout.replace(**{key: v}))
+        )
         m = p.memory()
-        rows.append({key: v, **{k: float(q.to("GB").magnitude) for k, q in m.as_dict().items() if k != "stage"},
-                     "stage": m.stage, "fits": m.fits, "verdict": p.memory_verdict()})
+        rows.append(
+            {
+                key: v,
+                **{k: float(q.to("GB").magnitude) for k, q in m.as_dict().items() if k != "stage"},
+                "stage": m.stage,
+                "fits": m.fits,
+                "verdict": p.memory_verdict(),
+            }
+        )
     parts = [k for k in rows[0] if k not in (key, "stage", "fits", "verdict")] if rows else []
-    return frame_with_units({k: [r[k] for r in rows] for k in (key, *parts, "stage", "fits", "verdict")},
-                  {k: "GB" for k in parts} | ({"seq_len": "token"} if key == "seq_len" else {}))
+    return frame_with_units(
+        {k: [r[k] for r in rows] for k in (key, *parts, "stage", "fits", "verdict")},
+        {k: "GB" for k in parts} | ({"seq_len": "token"} if key == "seq_len" else {}),
+    )
 
 
-def bubble(pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe")) -> dict:
+def bubble(
+    pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe")
+) -> dict:
     """Bubble over ideal time against the microbatch count (T_F = T_B = T_W; DualPipe's F&B pair
     = T_F + T_B + T_W), as Plan counts it (never below the critical path)."""
     pp = count("pp", pp, allow_symbol=False)
@@ -96,10 +132,22 @@ def bubble(pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", 
     third = exact(1) / 3
     for s in schedules:
         if s not in BUBBLE_FORMULAS or s == "interleaved":
-            raise InputError(f"schedule: expected one of {', '.join(k for k in BUBBLE_FORMULAS if k != 'interleaved')}, "
-                             f"got {s!r}")
-        t = bubble_time(s, {"pp": pp, "vpp": 1, "microbatches": sym("microbatches"), "t_f": f"{float(third)} s",
-                            "t_b": f"{float(third)} s", "t_w": f"{float(third)} s", "t_fb": "1 s"})
+            raise InputError(
+                "schedule: expected one of"
+                f" {', '.join(k for k in BUBBLE_FORMULAS if k != 'interleaved')}, got {s!r}"
+            )
+        t = bubble_time(
+            s,
+            {
+                "pp": pp,
+                "vpp": 1,
+                "microbatches": sym("microbatches"),
+                "t_f": f"{float(third)} s",
+                "t_b": f"{float(third)} s",
+                "t_w": f"{float(third)} s",
+                "t_fb": "1 s",
+            },
+        )
         out[s] = np.broadcast_to(t.to("s").lambdify()(microbatches=m), m.shape) / m
     return out
 
@@ -109,6 +157,8 @@ def sweep(plan: Plan, *, gpus=None, mode: str = "strong", zero=None, recompute=N
     pandas DataFrame, a row a value, each column's unit in its name and in ``attrs["units"]``."""
     if gpus is not None:
         if any(v is not None for v in (zero, recompute, seq_len)):
-            raise InputError("sweep: give one of gpus=, zero=, recompute=, seq_len= (one input at a time)")
+            raise InputError(
+                "sweep: give one of gpus=, zero=, recompute=, seq_len= (one input at a time)"
+            )
         return scaling(plan, gpus, mode=mode)
     return memory(plan, zero=zero, recompute=recompute, seq_len=seq_len)
