@@ -12,9 +12,13 @@ from . import compute, memory, placement, timing
 
 def builders(plan) -> dict:
     """name → a function building quantity ``name``'s Formula from ``plan``'s stages."""
-    inp, deg, e = plan._in, plan.deg, plan.expr
-    local_seq = {"seq_len": inp.seq_len / deg.cp}  # the tokens of a sequence one CP rank holds
-    b = {
+    return {**_counts(plan), **_memory(plan), **_flops_and_time(plan), **_communication(plan),
+            **_run(plan), **_by_part(plan)}
+
+
+def _counts(plan) -> dict:
+    inp, deg = plan._in, plan.deg
+    return {
         "gpus": lambda: Formula("gpus", deg.gpus, "", ""),
         "nodes": lambda: Formula("nodes", placement.nodes(inp), "", ""),
         "microbatches": lambda: Formula("m", inp.microbatches, "", ""),
@@ -24,61 +28,96 @@ def builders(plan) -> dict:
         "params_per_gpu": lambda: plan._params["per_gpu"],
         "optimizer_params": lambda: placement.optimizer_shard(inp, plan._params),
         "layers_per_stage": lambda: Formula("L/p", ratio(plan.model.layers, deg.pp), "", ""),
+    }
+
+
+def _local_seq(inp) -> dict:
+    """The tokens of a sequence one CP rank holds, as a formula's keyword."""
+    return {"seq_len": inp.seq_len / inp.deg.cp}
+
+
+def _memory(plan) -> dict:
+    inp, deg, e = plan._in, plan.deg, plan.expr
+    return {
         **{f"memory.{k}": (lambda k=k: plan._worst[k]) for k in (*memory.PARTS, "host")},
         "memory.activations.first_stage": lambda: plan._stage(0)["activations"],
         "memory.activations.last_stage": lambda: plan._stage(deg.pp - 1)["activations"],
         "memory.activations.layer": lambda: plan._activation_parts["layer"],
         "memory.logits": lambda: plan._activation_parts["logits"],
-        "memory.logits.unsplit": lambda: inp.f("memory.logits", **local_seq),
+        "memory.logits.unsplit": lambda: inp.f("memory.logits", **_local_seq(inp)),
         "memory.loss": lambda: plan._activation_parts["loss"],
         "memory.total": lambda: plan._worst["total"],
         "memory.headroom": lambda: inp.f("memory.headroom", counted_bytes=e("memory.total")),
+    }
+
+
+def _flops_and_time(plan) -> dict:
+    inp, deg, e = plan._in, plan.deg, plan.expr
+    mfu = lambda flops: inp.f(  # noqa: E731
+        "compute.mfu", flops=e(flops), step_time=e("step_time"), gpus=deg.gpus)
+    return {
         "flops": lambda: compute.model_flops(inp, "6nd"),
-        "flops.6nd": lambda: compute.model_flops(inp, "6nd"),
-        "flops.palm": lambda: compute.model_flops(inp, "palm"),
-        "flops.megatron": lambda: compute.model_flops(inp, "megatron"),
-        "flops.megatron-core": lambda: compute.model_flops(inp, "megatron-core"),
+        **{f"flops.{c}": (lambda c=c: compute.model_flops(inp, c))
+           for c in ("6nd", "palm", "megatron", "megatron-core")},
         "flops.hardware": lambda: compute.hardware_flops(inp),
         "bubble": lambda: plan._time["bubble"] / timing.total(plan._time, OP_CLASSES[:3]),
         "time.compute": lambda: timing.total(plan._time, OP_CLASSES),
-        "time.bubble": lambda: plan._time["bubble"],
-        "time.imbalance": lambda: plan._time["imbalance"],
-        "time.stage.first": lambda: plan._time["stage.first"],
-        "time.stage.middle": lambda: plan._time["stage.middle"],
-        "time.stage.last": lambda: plan._time["stage.last"],
+        **{f"time.{k}": (lambda k=k: plan._time[k])
+           for k in ("bubble", "imbalance", "stage.first", "stage.middle", "stage.last")},
         "step_time": lambda: timing.total(plan._time),
-        "mfu": lambda: inp.f("compute.mfu", flops=e("flops"), step_time=e("step_time"), gpus=deg.gpus),
-        "mfu.palm": lambda: inp.f("compute.mfu", flops=e("flops.palm"), step_time=e("step_time"), gpus=deg.gpus),
-        "communication.tp_message": lambda: inp.f("parallelism.tp.allreduce_bytes", **local_seq),
+        "mfu": lambda: mfu("flops"),
+        "mfu.palm": lambda: mfu("flops.palm"),
+    }
+
+
+def _communication(plan) -> dict:
+    inp, e = plan._in, plan.expr
+    return {
+        "communication.tp_message": lambda: inp.f("parallelism.tp.allreduce_bytes",
+                                                  **_local_seq(inp)),
         "communication_time.stage_output": lambda: inp.f(
-            "collectives.transfer.time", message=inp.f("parallelism.pp.p2p_bytes", **local_seq),
+            "collectives.transfer.time",
+            message=inp.f("parallelism.pp.p2p_bytes", **_local_seq(inp)),
             bandwidth=inp.need("scale_out_bandwidth")),
-        "communication_time.dp_one_nic": lambda: inp.f("collectives.transfer.time", message=e("communication.dp"),
-                                                       bandwidth=inp.need("scale_out_bandwidth")),
-        "experts_per_node_at_same_cost": lambda: inp.f("parallelism.ep.experts_per_node_at_same_cost"),
-        "experts_at_same_cost": lambda: inp.f("parallelism.ep.experts_at_same_cost",
-                                              nodes_per_token=plan.model.nodes_per_token),
-        "steps": lambda: inp.f("compute.steps", tokens=inp.training_tokens_or_raise(), batch_tokens=e("tokens_per_step")),
+        "communication_time.dp_one_nic": lambda: inp.f(
+            "collectives.transfer.time", message=e("communication.dp"),
+            bandwidth=inp.need("scale_out_bandwidth")),
+        "experts_per_node_at_same_cost": lambda: inp.f(
+            "parallelism.ep.experts_per_node_at_same_cost"),
+        "experts_at_same_cost": lambda: inp.f(
+            "parallelism.ep.experts_at_same_cost", nodes_per_token=plan.model.nodes_per_token),
+    }
+
+
+def _run(plan) -> dict:
+    inp, deg, e = plan._in, plan.deg, plan.expr
+    return {
+        "steps": lambda: inp.f("compute.steps", tokens=inp.training_tokens_or_raise(),
+                               batch_tokens=e("tokens_per_step")),
         "mtbf": lambda: inp.f("reliability.mtbf", gpus=deg.gpus),
         "checkpoint_time": lambda: _checkpoint_time(plan),
         # Daly's exact model, not the first-order one: it stays right where failures are frequent
         "checkpoint_interval": lambda: inp.f("reliability.daly.optimal_interval", mtbf=e("mtbf"),
                                              checkpoint_time=e("checkpoint_time")),
-        "goodput": lambda: inp.f("reliability.daly.goodput", mtbf=e("mtbf"), checkpoint_time=e("checkpoint_time"),
-                                 checkpoint_interval=e("checkpoint_interval"),
-                                 restart_time=inp.f("reliability.async_restart_time",
-                                                    checkpoint_interval=e("checkpoint_interval"))),
+        "goodput": lambda: inp.f(
+            "reliability.daly.goodput", mtbf=e("mtbf"), checkpoint_time=e("checkpoint_time"),
+            checkpoint_interval=e("checkpoint_interval"),
+            restart_time=inp.f("reliability.async_restart_time",
+                               checkpoint_interval=e("checkpoint_interval"))),
         "train_time": lambda: e("step_time") * e("steps") / e("goodput"),
         "interruptions": lambda: e("train_time") / e("mtbf"),
     }
-    for part in OP_CLASSES:
-        b[f"time.{part}"] = (lambda p=part: plan._time[p])
+
+
+def _by_part(plan) -> dict:
+    """Each op class's time, and each axis's bytes, traffic time and exposed time."""
+    out = {f"time.{part}": (lambda p=part: plan._time[p]) for part in OP_CLASSES}
     for axis in AXES:
-        b[f"communication.{axis}"] = (lambda a=axis: plan._comm[a]["bytes"])
-        b[f"communication_time.{axis}"] = (lambda a=axis: plan._comm[a]["time"])
-        b[f"time.{axis}"] = (lambda a=axis: plan._time[a])
-    b["time.dp_window"] = lambda: plan._time["dp_window"]  # the compute DP traffic hides behind
-    return b
+        out[f"communication.{axis}"] = (lambda a=axis: plan._comm[a]["bytes"])
+        out[f"communication_time.{axis}"] = (lambda a=axis: plan._comm[a]["time"])
+        out[f"time.{axis}"] = (lambda a=axis: plan._time[a])
+    out["time.dp_window"] = lambda: plan._time["dp_window"]  # the compute DP traffic hides behind
+    return out
 
 
 def _checkpoint_time(plan) -> Formula:
@@ -88,7 +127,8 @@ def _checkpoint_time(plan) -> Formula:
         return Formula("delta", plan._in.values["checkpoint_time"], "s", "")
     from ..presets import llama3_storage_bandwidth
     states = plan._in.f("memory.model_states.zero0", params=plan._params["stored"])
-    return states / Formula("B", read_magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
+    bandwidth = read_magnitude("bandwidth", llama3_storage_bandwidth())
+    return states / Formula("B", bandwidth, "byte/s", "")
 
 
 __all__ = ["builders"]
