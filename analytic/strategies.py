@@ -139,14 +139,8 @@ def _layouts(draw, gpus, model, max_tp, schedules, scale_up_domain):
     )
 
 
-def layouts(
-    *,
-    gpus: int | None = None,
-    model: Model | str | None = None,
-    max_tp: int = 8,
-    schedules=SCHEDULES,
-    scale_up_domain: int | None = None,
-) -> st.SearchStrategy[Layout]:
+def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp: int = 8,
+            schedules=SCHEDULES, scale_up_domain: int | None = None) -> st.SearchStrategy[Layout]:
     """Valid layouts whose degrees multiply to ``gpus``; with ``model``, TP divides the heads, PP
     does not exceed the layers and EP divides the experts; with ``scale_up_domain``, TP groups tile
     the domain (``analytic.plan.tiles``). (Microbatch divisibility depends on the batch:
@@ -205,14 +199,9 @@ def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     )
 
 
-def plans(
-    *,
-    model: Model | str | None = None,
-    hardware: Hardware | str | None = None,
-    gpus: int | None = None,
-    seq_lens=(1024, 2048, 4096, 8192),
-    microbatches: int = 16,
-) -> st.SearchStrategy[Plan]:
+def plans(*, model: Model | str | None = None, hardware: Hardware | str | None = None,
+          gpus: int | None = None, seq_lens=(1024, 2048, 4096, 8192),
+          microbatches: int = 16) -> st.SearchStrategy[Plan]:
     """Valid plans: a layout of ``gpus`` for ``model`` on ``hardware`` with a batch that splits into
     the microbatches the schedule needs."""
     _check_positive_int("gpus", gpus)

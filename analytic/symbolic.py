@@ -308,12 +308,8 @@ def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=N
             goodput(checkpoint_time=delta, mtbf=m, checkpoint_interval=tau, restart_time=restart)
         )
 
-    res = minimize_scalar(
-        lambda x: -throughput(math.exp(x)),
-        bounds=(0.0, math.log(100 * n_first)),
-        method="bounded",
-        options={"xatol": 1e-6},
-    )
+    res = minimize_scalar(lambda x: -throughput(math.exp(x)), bounds=(0.0, math.log(100 * n_first)),
+                          method="bounded", options={"xatol": 1e-6})
     n = math.exp(res.x)
     return {
         "value": n,
@@ -326,17 +322,8 @@ def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=N
     }
 
 
-def tp_break_even(
-    model,
-    hardware,
-    *,
-    seq_len,
-    bandwidth,
-    microbatch_size: int = 1,
-    efficiency: float = 1.0,
-    dtype: str = "bf16",
-    threshold: float = 1.0,
-) -> dict:
+def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int = 1,
+                  efficiency: float = 1.0, dtype: str = "bf16", threshold: float = 1.0) -> dict:
     """The TP degree at which one layer's TP all-reduce time reaches ``threshold`` times its compute
     time (1: equals it; 0.1: a tenth of it), in closed form in t: 4 all-reduces of s·b·h·e bytes
     each, 2(t−1)/t of them sent, against the layer's training FLOPs split t ways. Latency

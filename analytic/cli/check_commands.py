@@ -32,13 +32,8 @@ def cmd_validate(args) -> int:
                 **(
                     {
                         k: r.extra[k]
-                        for k in (
-                            "in_fit",
-                            "group",
-                            "in_fit_error",
-                            "leave_one_out_error",
-                            "baseline_error",
-                        )
+                        for k in ("in_fit", "group", "in_fit_error", "leave_one_out_error",
+                                  "baseline_error")
                     }
                     if r.kind == "predicted"
                     else {}
@@ -192,15 +187,8 @@ def cmd_calibrate(args) -> int:
     ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
     memory, beyond = reserve.summary(folder), outside.summary(folder)
     imbalance = routing.summary(folder)
-    text = calibration.render(
-        constants,
-        cases,
-        source=f"{folder.name}/predicted.toml",
-        ratios=ratios,
-        memory=memory,
-        outside=beyond,
-        routing=imbalance,
-    )
+    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml",
+                              ratios=ratios, memory=memory, outside=beyond, routing=imbalance)
     if args.write:
         _write_text(args.write, text)
     if args.json:

@@ -160,16 +160,8 @@ def _spread_text(args, model, hardware, vary: dict, attrs: dict) -> str:
 
     kw = search_keywords(args)
     model, (_, hw) = as_model(model), points(hardware, vary, kw.get("dtype", "bf16"))[0]
-    res = search(
-        model,
-        hw,
-        gpus=count_flag(args.gpus, "gpus"),
-        seq_len=attrs["seq_len"],
-        global_batch=attrs["global_batch"],
-        top=1,
-        progress=False,
-        **kw,
-    )
+    res = search(model, hw, gpus=count_flag(args.gpus, "gpus"), seq_len=attrs["seq_len"],
+                 global_batch=attrs["global_batch"], top=1, progress=False, **kw)
     what = f"the fastest layout of {model.name} at point 0"
     if not res.ranked:
         return f"no layout of {model.name} fits at point 0: no other stack to set beside it"

@@ -9,27 +9,10 @@ from ..core.units import Q
 
 #: the flags that choose a layout; a plan of a model given without any of them may be one search
 #: chooses
-LAYOUT_FLAGS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "zero",
-    "recompute",
-    "schedule",
-    "sequence_parallel",
-    "microbatch_size",
-    "recompute_layers",
-    "recompute_modules",
-    "first_stage_layers",
-    "last_stage_layers",
-    "ends_as_layers",
-    "offload_activations",
-    "offload_optimizer",
-    "pipeline_layout",
-)
+LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "recompute", "schedule",
+                "sequence_parallel", "microbatch_size", "recompute_layers", "recompute_modules",
+                "first_stage_layers", "last_stage_layers", "ends_as_layers", "offload_activations",
+                "offload_optimizer", "pipeline_layout")
 #: the hardware overrides a plan may hold, with the unit its inputs hold them in
 _HARDWARE = {
     "hbm": "byte",
@@ -64,19 +47,9 @@ def search_like(plan, top: int = 3):
     routed = {k: plan.overrides[k] for k in ("routing_imbalance",) if k in plan.overrides}
     if plan.expert_capacity is not None:
         routed |= {"expert_capacity": plan.expert_capacity, "pad_to_capacity": plan.pad_to_capacity}
-    return search(
-        plan.model,
-        hw,
-        gpus=int(plan.gpus),
-        seq_len=int(plan.seq_len),
-        global_batch=int(plan.global_batch),
-        dtype=plan.dtype,
-        stack=plan.stack,
-        top=top,
-        progress=False,
-        **outside,
-        **routed,
-    )
+    return search(plan.model, hw, gpus=int(plan.gpus), seq_len=int(plan.seq_len),
+                  global_batch=int(plan.global_batch), dtype=plan.dtype, stack=plan.stack, top=top,
+                  progress=False, **outside, **routed)
 
 
 def layout_text(lay, microbatch_size) -> str:

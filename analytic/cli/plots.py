@@ -103,16 +103,8 @@ def scaling(model, hardware, *, gpus, seq_len, global_batch, out=None, **search_
 
     plt = _plt()
     best = [
-        search(
-            model,
-            hardware,
-            gpus=g,
-            seq_len=seq_len,
-            global_batch=global_batch,
-            top=1,
-            progress=False,
-            **search_kw,
-        )
+        search(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch, top=1,
+               progress=False, **search_kw)
         for g in steps(gpus, desc="scaling: the best layout of each count", unit="searches")
     ]
     ok = [(g, r.best) for g, r in zip(gpus, best) if len(r)]
@@ -141,13 +133,8 @@ def scaling(model, hardware, *, gpus, seq_len, global_batch, out=None, **search_
     )
     ax2.set_ylabel("MFU")
     for g, b in ok:
-        ax.annotate(
-            _layout_label(b.layout),
-            (g, b.step_time),
-            textcoords="offset points",
-            xytext=(4, 6),
-            fontsize=6,
-        )
+        ax.annotate(_layout_label(b.layout), (g, b.step_time), textcoords="offset points",
+                    xytext=(4, 6), fontsize=6)
     ax.legend(handles=[time_line, mfu_line], loc="upper center", fontsize=8)
     ax.set_title(
         f"{model.name or 'model'} on {hardware.key or hardware.name}, sequence {seq_len:,}, "

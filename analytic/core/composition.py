@@ -21,15 +21,8 @@ def composed(name: str, expr, unit, *parts) -> Formula:
     if held._data(expr) and all(held.holds_data(p) for p in parts):
         domain = tuple(dict.fromkeys(d for p in parts for d in p.raw_domain))
         return (
-            held.made(
-                parts[0],
-                name,
-                expr,
-                as_unit(unit),
-                coefficient_unit=DIMENSIONLESS,
-                domain=domain,
-                **held.sources(*parts),
-            )
+            held.made(parts[0], name, expr, as_unit(unit), coefficient_unit=DIMENSIONLESS,
+                      domain=domain, **held.sources(*parts))
             if parts
             else Formula(name, expr, unit, "")
         )
@@ -102,15 +95,8 @@ def _term_cases(name: str, unit, pieces) -> Formula:
             where = merged_sources(
                 {s: _all(taken, c) for s, c in source_map(f, data=True).items()}, data=True
             )
-            f = held.made(
-                f,
-                f.name,
-                f.term,
-                f.unit,
-                coefficient_unit=f.coefficient_unit,
-                domain=domain,
-                **where,
-            )
+            f = held.made(f, f.name, f.term, f.unit, coefficient_unit=f.coefficient_unit,
+                          domain=domain, **where)
         reachable.append(f)
         if cond is True:
             break

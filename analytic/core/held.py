@@ -90,22 +90,9 @@ def _data(x) -> bool:
     return type(x) in NUMBERS or type(x) is bool or (type(x) is terms.Term and not x.keywords)
 
 
-def made(
-    like,
-    name: str,
-    term,
-    unit: Unit,
-    *,
-    source: str = "",
-    assumptions: tuple = (),
-    description: str = "",
-    coefficient_unit=None,
-    keywords: tuple = (),
-    domain: tuple = (),
-    sources=frozenset(),
-    caveats: tuple = (),
-    source_conditions: tuple = (),
-):
+def made(like, name: str, term, unit: Unit, *, source: str = "", assumptions: tuple = (),
+         description: str = "", coefficient_unit=None, keywords: tuple = (), domain: tuple = (),
+         sources=frozenset(), caveats: tuple = (), source_conditions: tuple = ()):
     """A Formula (of ``like``'s class) holding ``term``, its fields as given, in the form the
     class's checks give them (a Unit, each condition with its origin): what composing numbers makes
     many times a plan."""
@@ -217,20 +204,9 @@ def bound(f, values: dict, magnitudes: bool = False):
     number = _decided(expr, env, memo)
     decided = tuple((_decided(c, env, memo), why) for c, why in caveats)
     parts = [v for v in values.values() if hasattr(v, "raw_domain")]
-    return made(
-        f,
-        f.name,
-        number,
-        f.unit,
-        source=f.source,
-        assumptions=f.assumptions,
-        description=f.description,
-        coefficient_unit=f.coefficient_unit,
-        keywords=f.keywords,
-        domain=kept,
-        caveats=decided,
-        **sources(f, *parts),
-    )
+    return made(f, f.name, number, f.unit, source=f.source, assumptions=f.assumptions,
+                description=f.description, coefficient_unit=f.coefficient_unit, keywords=f.keywords,
+                domain=kept, caveats=decided, **sources(f, *parts))
 
 
 def checked(keyword: str, value):
@@ -324,13 +300,5 @@ def combined(self, other, op: str, name):
     domain = self.raw_domain
     if len(parts) > 1:
         domain = domain + tuple(d for d in other.raw_domain if d not in domain)
-    return made(
-        self,
-        name or self.name,
-        arithmetic(self.term, b, op),
-        unit,
-        source=self.source,
-        assumptions=self.assumptions,
-        domain=domain,
-        **sources(*parts),
-    )
+    return made(self, name or self.name, arithmetic(self.term, b, op), unit, source=self.source,
+                assumptions=self.assumptions, domain=domain, **sources(*parts))

@@ -43,15 +43,8 @@ def steps(iterable, *, desc: str, total: int | None = None, unit: str = "it"):
         return iterable
     from tqdm import tqdm
 
-    return tqdm(
-        iterable,
-        desc=desc,
-        total=total,
-        unit=unit,
-        file=sys.stderr,
-        leave=False,
-        dynamic_ncols=True,
-    )
+    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=False,
+                dynamic_ncols=True)
 
 
 def bar(*, desc: str, total: int, unit: str = "it"):
@@ -60,15 +53,8 @@ def bar(*, desc: str, total: int, unit: str = "it"):
         return contextlib.nullcontext(_Silent())
     from tqdm import tqdm
 
-    return tqdm(
-        desc=desc,
-        total=total,
-        unit=unit,
-        unit_scale=True,
-        file=sys.stderr,
-        leave=False,
-        dynamic_ncols=True,
-    )
+    return tqdm(desc=desc, total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
+                dynamic_ncols=True)
 
 
 class _Silent:

@@ -33,13 +33,8 @@ class _Definition:
     __slots__ = ("name", "symbol", "scale", "reference", "dimension")
 
     def __init__(self, name, symbol, scale, reference, dimension=None):
-        self.name, self.symbol, self.scale, self.reference, self.dimension = (
-            name,
-            symbol,
-            scale,
-            reference,
-            dimension,
-        )
+        self.name, self.symbol, self.scale, self.reference, self.dimension = (name, symbol, scale,
+                                                                              reference, dimension)
 
 
 _TOKEN = re.compile(

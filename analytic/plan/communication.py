@@ -395,14 +395,8 @@ def _expert_tensor_parallel(inp: Inputs) -> dict:
     tokens, dispatch_e, calls = _routed(inp)
     etp = inp.deg.etp
     gathered = (
-        inp.f(
-            "parallelism.ep.etp_gather_bytes",
-            tokens=tokens,
-            etp=etp,
-            hidden=_width(inp),
-            topk=inp.routed_topk,
-            **e,
-        )
+        inp.f("parallelism.ep.etp_gather_bytes", tokens=tokens, etp=etp, hidden=_width(inp),
+              topk=inp.routed_topk, **e)
         for e in ({"element_bytes": dispatch_e}, {})
     )
     return _plus(
@@ -432,13 +426,8 @@ def _expert_parallel(inp: Inputs) -> dict:
             _collectives(
                 inp,
                 "all_to_all",
-                inp.f(
-                    "parallelism.ep.dispatch_bytes",
-                    tokens=tokens,
-                    element_bytes=e,
-                    hidden=_width(inp),
-                    topk=inp.routed_topk,
-                ),
+                inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e,
+                      hidden=_width(inp), topk=inp.routed_topk),
                 calls,
                 lay.ep,
                 stride_,

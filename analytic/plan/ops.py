@@ -86,15 +86,8 @@ class _Ops:
         total = None
         passes = (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1))
         for (mm, nn, kk), times in passes if backward else passes[:1]:
-            shape = dict(
-                gemm_count=g,
-                gemm_m=mm,
-                gemm_n=nn,
-                gemm_k=kk,
-                peak_flops=peak,
-                element_bytes=Quantity(eb, "byte"),
-                **ceiling,
-            )
+            shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak,
+                         element_bytes=Quantity(eb, "byte"), **ceiling)
             if self.quantised:
                 shape["sms"] = self.sms
             t = (inp.f(name, **shape) + inp.f("compute.gemm.memory_time", **shape)) * times
@@ -329,11 +322,8 @@ def memory_bound_time(o: _Ops) -> Formula:
         total = total + activation(m.ffn_hidden) * o.dense
     if m.is_moe:
         moe = activation(m.expert_ffn_hidden) * (inp.busiest_topk + m.shared_experts)
-        permute = f(
-            "compute.memory_bound.moe_permute",
-            hidden=m.moe_latent or m.hidden,
-            topk=inp.busiest_topk,
-        )
+        permute = f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden,
+                    topk=inp.busiest_topk)
         total = total + (moe + permute * stream) * o.moe
     if m.mamba_blocks:
         total = (
@@ -391,12 +381,8 @@ def muon_matrices(m) -> list[tuple]:
     if m.is_hybrid:  # each layer its one part
         inner = m.ssm_heads * m.ssm_head_dim
         mamba = [(h, 2 * inner + 2 * m.ssm_groups * m.ssm_state + m.ssm_heads, 1), (inner, h, 1)]
-        kinds = (
-            (attention, m.layer_pattern.count("*")),
-            (ffn(m.ffn_hidden), m.dense_blocks),
-            (moe, m.moe_layers),
-            (mamba, m.mamba_blocks),
-        )
+        kinds = ((attention, m.layer_pattern.count("*")), (ffn(m.ffn_hidden), m.dense_blocks),
+                 (moe, m.moe_layers), (mamba, m.mamba_blocks))
         return [(r, c, n * count) for part, count in kinds if count for r, c, n in part]
     dense = [(r, c, n * (m.layers - m.moe_layers)) for r, c, n in attention + ffn(m.ffn_hidden)]
     if not m.is_moe:
@@ -411,11 +397,8 @@ def muon_time(inp: Inputs) -> Formula:
     ceiling."""
     flops = sum(
         (
-            inp.f(
-                "compute.optimizer.newton_schulz_flops",
-                gemm_m=Min(r, c, decide=True),
-                gemm_n=Max(r, c, decide=True),
-            )
+            inp.f("compute.optimizer.newton_schulz_flops", gemm_m=Min(r, c, decide=True),
+                  gemm_n=Max(r, c, decide=True))
             * n
             for r, c, n in muon_matrices(inp.model)
         ),

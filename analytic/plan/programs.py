@@ -127,15 +127,8 @@ class Bundle:
         conditions = None if src["program"] is None else Program.from_json(src["program"])
         if len(keys) != (0 if conditions is None else len(conditions.outputs)):
             raise ValueError("one condition per conditional source")
-        return cls(
-            quantities,
-            stage,
-            search,
-            tuple(names),
-            tuple(map(tuple, fixed)),
-            tuple(map(tuple, keys)),
-            conditions,
-        )
+        return cls(quantities, stage, search, tuple(names), tuple(map(tuple, fixed)),
+                   tuple(map(tuple, keys)), conditions)
 
 
 _BUNDLES: dict = {}  # structure → Bundle (None: the structure cannot be modelled), for this process

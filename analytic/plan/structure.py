@@ -16,53 +16,18 @@ from .inputs import Inputs
 from .layout import choice_indices
 
 #: model counts a template leaves free (those the code tests against zero stay 0 where they are 0)
-MODEL_COUNTS = (
-    "layers",
-    "hidden",
-    "heads",
-    "vocab",
-    "ffn_hidden",
-    "kv_heads",
-    "head_dim",
-    "max_seq_len",
-    "experts",
-    "topk",
-    "shared_experts",
-    "expert_ffn_hidden",
-    "q_lora_rank",
-    "kv_lora_rank",
-    "rope_dim",
-    "nodes_per_token",
-    "mtp_modules",
-    "sliding_window",
-    "sliding_layers",
-)
+MODEL_COUNTS = ("layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_heads", "head_dim",
+                "max_seq_len", "experts", "topk", "shared_experts", "expert_ffn_hidden",
+                "q_lora_rank", "kv_lora_rank", "rope_dim", "nodes_per_token", "mtp_modules",
+                "sliding_window", "sliding_layers")
 #: model counts the code uses as numbers, part of the structure (no symbol stands for them)
-_MODEL_FIXED = (
-    "dense_layers",
-    "ssm_heads",
-    "ssm_head_dim",
-    "ssm_state",
-    "ssm_groups",
-    "ssm_conv",
-    "moe_latent",
-)
+_MODEL_FIXED = ("dense_layers", "ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv",
+                "moe_latent")
 #: model counts whose being 1 is part of the structure (MQA's single KV head, which the code tests):
 #: a template keeps such a count at 1
 COUNTS_AT_ONE = ("kv_heads",)
-_MODEL_KINDS = (
-    "mlp",
-    "position",
-    "attention",
-    "norm",
-    "bias",
-    "tied_embeddings",
-    "qk_norm",
-    "qkv_bias",
-    "attention_sinks",
-    "expert_bias",
-    "layer_pattern",
-)
+_MODEL_KINDS = ("mlp", "position", "attention", "norm", "bias", "tied_embeddings", "qk_norm",
+                "qkv_bias", "attention_sinks", "expert_bias", "layer_pattern")
 _DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _CHOICES = ("zero", "recompute", "schedule")
 _BATCH = ("seq_len", "global_batch", "microbatch_size")
@@ -72,36 +37,13 @@ _BATCH = ("seq_len", "global_batch", "microbatch_size")
 #: kernel's efficiency, a given checkpoint time, an FP8 plan's 16-bit peak, a fully connected
 #: scale-up domain), which are part of the structure
 HARDWARE_INPUTS = (
-    "element_bytes",
-    "loss_bytes",
-    "peak_flops",
-    "peak_flops_16",
-    "matmul_efficiency_16",
-    "hbm",
-    "sms",
-    "gpus_per_node",
-    "scale_up_domain",
-    "scale_up_bandwidth",
-    "scale_out_bandwidth",
-    "hbm_bandwidth",
-    "memory_efficiency",
-    "tile_m",
-    "tile_n",
-    "attention_efficiency",
-    "matmul_efficiency",
-    "stack_efficiency",
-    "overlap",
-    "attention_factor",
-    "scale_up_latency",
-    "scale_up_efficiency",
-    "scale_out_latency",
-    "scale_out_efficiency",
-    "interruption_rate",
-    "routing_imbalance",
-    "restart_time",
-    "checkpoint_write_time",
-    "checkpoint_time",
-    "scale_up_links",
+    "element_bytes", "loss_bytes", "peak_flops", "peak_flops_16", "matmul_efficiency_16", "hbm",
+    "sms", "gpus_per_node", "scale_up_domain", "scale_up_bandwidth", "scale_out_bandwidth",
+    "hbm_bandwidth", "memory_efficiency", "tile_m", "tile_n", "attention_efficiency",
+    "matmul_efficiency", "stack_efficiency", "overlap", "attention_factor", "scale_up_latency",
+    "scale_up_efficiency", "scale_out_latency", "scale_out_efficiency", "interruption_rate",
+    "routing_imbalance", "restart_time", "checkpoint_write_time", "checkpoint_time",
+    "scale_up_links"
 )
 #: the extra input of a stage's quantities
 STAGE = "stage"
@@ -236,13 +178,8 @@ def numbers(inp: Inputs) -> dict:
     lay = inp.layout
     out = {k: getattr(lay, k) for k in (*_DEGREES, "etp", "comm_sms")}
     out.update(inp.given)
-    out.update(
-        choice_indices(lay),
-        seq_len=inp.seq_len,
-        global_batch=inp.global_batch,
-        microbatch_size=inp.microbatch_size,
-        tokens=inp.training_tokens,
-    )
+    out.update(choice_indices(lay), seq_len=inp.seq_len, global_batch=inp.global_batch,
+               microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)
     return {
         **_model_numbers(inp.model),
         **{k: as_float(v) for k, v in out.items() if v is not None and is_number(v)},

@@ -60,12 +60,8 @@ def imbalance_time(inp: Inputs, compute: Formula, stages: dict) -> Formula:
     """What the slowest of ``stages`` (:func:`stage_times`) adds to the step over the average
     stage."""
     slowest = Max(*(stages[k].term for k in STAGES))
-    t = inp.f(
-        "pipeline.imbalance_time",
-        slowest_stage_time=slowest,
-        stage_time=compute.term,
-        microbatches=inp.microbatches,
-    )
+    t = inp.f("pipeline.imbalance_time", slowest_stage_time=slowest, stage_time=compute.term,
+              microbatches=inp.microbatches)
     return composed("imbalance", t.term, "s", t, *stages.values())
 
 

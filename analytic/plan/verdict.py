@@ -42,13 +42,8 @@ def verdict(plan, stage: int | None) -> str:
         reserve, beyond = memory_reserve(_allocator(plan))["reserve"], outside(plan)
     except PresetError:
         return MEMORY_VERDICTS[0]
-    peak = plan._formula(
-        "memory.device_peak",
-        {},
-        counted_bytes=mem.total,
-        allocator_reserve=reserve,
-        outside_bytes=beyond,
-    )
+    peak = plan._formula("memory.device_peak", {}, counted_bytes=mem.total,
+                         allocator_reserve=reserve, outside_bytes=beyond)
     return MEMORY_VERDICTS[0] if peak <= mem.hbm else MEMORY_VERDICTS[1]
 
 

@@ -36,15 +36,10 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
         value, sources[f"peak.{dtype}"] = _sourced(key, f"peak.{dtype}", item)
         peaks[dtype] = value
     for fld, attr in (
-        ("hbm", "hbm"),
-        ("hbm_bandwidth", "hbm_bandwidth"),
-        ("scale_up_bandwidth", "scale_up"),
-        ("scale_out_bandwidth", "scale_out"),
-        ("gpus_per_node", "gpus_per_node"),
-        ("scale_up_domain", "scale_up_domain"),
-        ("scale_up_links", "scale_up_links"),
-        ("sms", "sms"),
-        ("host_memory", "host_memory"),
+        ("hbm", "hbm"), ("hbm_bandwidth", "hbm_bandwidth"), ("scale_up_bandwidth", "scale_up"),
+        ("scale_out_bandwidth", "scale_out"), ("gpus_per_node", "gpus_per_node"),
+        ("scale_up_domain", "scale_up_domain"), ("scale_up_links", "scale_up_links"),
+        ("sms", "sms"), ("host_memory", "host_memory")
     ):
         if fld in table:
             kw[attr], sources[fld] = _sourced(key, fld, table[fld])
@@ -69,15 +64,8 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
         raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
     if "platform" not in table:
         raise PresetError(f"{key}: no platform given (one of {', '.join(PLATFORMS)})")
-    hw = Hardware(
-        name=table.get("name", key),
-        peaks=peaks,
-        generation=table.get("generation", key),
-        platform=table["platform"],
-        sources=sources,
-        key=key,
-        **kw,
-    )
+    hw = Hardware(name=table.get("name", key), peaks=peaks, generation=table.get("generation", key),
+                  platform=table["platform"], sources=sources, key=key, **kw)
     recipes = [d for d in TRAINING_DTYPES if d not in hw.peaks and peak_format(d) in hw.peaks]
     ceilings = {dtype: gemm_ceiling(key, dtype, hw) for dtype in (*hw.peaks, *recipes)}
     return replace(hw, ceilings={dtype: c for dtype, c in ceilings.items() if c is not None})

@@ -118,13 +118,8 @@ class Hardware:
             for k, v in dict(held["peaks"] or {}).items()
         }
         object.__setattr__(self, "peaks", peaks)
-        for attr, unit in (
-            ("hbm", "byte"),
-            ("hbm_bandwidth", "byte/s"),
-            ("scale_up", "byte/s"),
-            ("scale_out", "byte/s"),
-            ("host_memory", "byte"),
-        ):
+        for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"),
+                           ("scale_out", "byte/s"), ("host_memory", "byte")):
             v = held[attr]
             if v is not None:
                 object.__setattr__(self, attr, field_quantity(_NAMES.get(attr, attr), v, unit))

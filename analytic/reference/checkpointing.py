@@ -78,14 +78,9 @@ def op_sac_context():
     return create_selective_checkpoint_contexts(policy)
 
 
-def saved_bytes_per_token(
-    hidden: int = 256,
-    heads: int = 4,
-    kv_heads: int = 2,
-    ffn_hidden: int = 704,
-    tokens: int = 512,
-    compiled: bool = False,
-) -> float:
+def saved_bytes_per_token(hidden: int = 256, heads: int = 4, kv_heads: int = 2,
+                          ffn_hidden: int = 704, tokens: int = 512,
+                          compiled: bool = False) -> float:
     """Bytes a bf16 block's forward under :func:`op_sac_context` leaves allocated per token, its
     input (the checkpoint keeps it) included and its output (the next block's input) not, on the
     CPU; with ``compiled``, the checkpointed block compiled by torch.compile (Inductor), as

@@ -39,11 +39,8 @@ class _PassOn(ring._AllToAllRotater):
 
     def exchange_buffers(self, curr_buffer: torch.Tensor) -> None:
         send = curr_buffer.contiguous()
-        recv, rank, size = (
-            torch.empty_like(send),
-            dist.get_rank(self._pg),
-            dist.get_world_size(self._pg),
-        )
+        recv, rank, size = (torch.empty_like(send), dist.get_rank(self._pg),
+                            dist.get_world_size(self._pg))
         for request in (dist.isend(send, (rank + 1) % size), dist.irecv(recv, (rank - 1) % size)):
             request.wait()
         self._buffer = recv

@@ -62,17 +62,8 @@ def _orders(schedule, p, m, v):
     return orders
 
 
-def simulate(
-    schedule: str,
-    p: int,
-    m: int,
-    v: int = 1,
-    t_f: float = 1.0,
-    t_b: float = 1.0,
-    t_w: float = 1.0,
-    layers=None,
-    work=None,
-) -> Result:
+def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0,
+             t_w: float = 1.0, layers=None, work=None) -> Result:
     """Run ``schedule`` on ``p`` stages with ``m`` microbatches (``v`` chunks per stage for the
     interleaved schedule); t_f, t_b, t_w are one microbatch's times on one stage (a chunk takes
     1/v). ``layers`` gives each of the p·v model chunks' layer count, in model order (chunk c of

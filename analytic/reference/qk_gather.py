@@ -167,14 +167,8 @@ def checks(rank: int, world: int) -> dict:
     gathers (forward and backward) at this block's shape, in elements."""
     from ..formulas import formula
 
-    shape = dict(
-        seq_len=SEQUENCE,
-        microbatch_size=BATCH,
-        heads=HEADS,
-        kv_heads=KV_HEADS,
-        head_dim=HEAD_DIM,
-        element_bytes="1 B",
-    )
+    shape = dict(seq_len=SEQUENCE, microbatch_size=BATCH, heads=HEADS, kv_heads=KV_HEADS,
+                 head_dim=HEAD_DIM, element_bytes="1 B")
     return {
         "no_parallel": _gathered(world, fixed=False),
         "sequence_parallel": _gathered(world, fixed=True),

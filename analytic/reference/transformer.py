@@ -109,14 +109,8 @@ class MLAttention(nn.Module):
 
     def __init__(self, m: Model, dtype, attention: str = "flash"):
         super().__init__()
-        h, a, d, dr, rq, rkv = (
-            m.hidden,
-            m.heads,
-            m.head_dim,
-            m.rope_dim,
-            m.q_lora_rank,
-            m.kv_lora_rank,
-        )
+        h, a, d, dr, rq, rkv = (m.hidden, m.heads, m.head_dim, m.rope_dim, m.q_lora_rank,
+                                m.kv_lora_rank)
         self.a, self.d, self.dr, self.rkv, self.attention = a, d, dr, rkv, attention
         self.q_a = nn.Linear(h, rq, bias=False, dtype=dtype)
         self.q_norm = Norm(rq, "rmsnorm", dtype)
@@ -195,15 +189,8 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(
-        self,
-        m: Model,
-        dtype,
-        attention: str,
-        moe: bool,
-        dropout: float = 0.0,
-        recompute_core: bool = False,
-    ):
+    def __init__(self, m: Model, dtype, attention: str, moe: bool, dropout: float = 0.0,
+                 recompute_core: bool = False):
         super().__init__()
         self.norm1 = Norm(m.hidden, m.norm, dtype)
         self.attn = (
@@ -244,16 +231,8 @@ class Transformer(nn.Module):
     ``forward(tokens, mtp=True)`` also returns each MTP module's logits; a module runs over all s
     positions (the token k ahead wraps around; DeepSeek-V3 drops the last k positions instead)."""
 
-    def __init__(
-        self,
-        m: Model,
-        *,
-        dtype=torch.float32,
-        attention: str = "explicit",
-        dropout: float = 0.0,
-        seq_len: int | None = None,
-        recompute_core: bool = False,
-    ):
+    def __init__(self, m: Model, *, dtype=torch.float32, attention: str = "explicit",
+                 dropout: float = 0.0, seq_len: int | None = None, recompute_core: bool = False):
         super().__init__()
         choice("attention", attention, ATTENTIONS)
         if dropout and attention != "explicit":

@@ -48,44 +48,16 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 #: how search counts every layout beyond its degrees and choices (:data:`COUNTED`): Plan's options
 #: and Layout's fields every layout takes, as given to search
-PLAN_OPTIONS = (
-    "fp8_recipe",
-    "optimizer",
-    "dispatcher",
-    "bf16_layers",
-    "grad_dtype",
-    "moment_dtype",
-    "expert_capacity",
-    "pad_to_capacity",
-    "routing_imbalance",
-)
-LAYOUT_OPTIONS = (
-    "etp",
-    "pipeline_layout",
-    "recompute_modules",
-    "fp8_activations",
-    "offload_activations",
-    "offload_optimizer",
-    "first_stage_layers",
-    "last_stage_layers",
-)
+PLAN_OPTIONS = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "grad_dtype",
+                "moment_dtype", "expert_capacity", "pad_to_capacity", "routing_imbalance")
+LAYOUT_OPTIONS = ("etp", "pipeline_layout", "recompute_modules", "fp8_activations",
+                  "offload_activations", "offload_optimizer", "first_stage_layers",
+                  "last_stage_layers")
 COUNTED = PLAN_OPTIONS + LAYOUT_OPTIONS
 
 
-def _template_plan(
-    model,
-    hardware,
-    seq_len,
-    global_batch,
-    dtype,
-    flash_attention,
-    async_tp,
-    comm_sms,
-    zero3_gather,
-    stack,
-    sequence_parallel=True,
-    counted=None,
-) -> Plan:
+def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp,
+                   comm_sms, zero3_gather, stack, sequence_parallel=True, counted=None) -> Plan:
     """The plan whose expressions search evaluates: degrees, microbatch size and choices left open
     (but pp and vpp, which a given pipeline layout fixes); sequence parallelism on (the layouts with
     tp > 1) or off (tp = 1, where Plan has none); ``counted`` (:data:`COUNTED`) as given."""
@@ -141,77 +113,30 @@ def _of_structure(plan: Plan):
     return evaluate
 
 
-def structure_programs(
-    model,
-    hardware,
-    seq_len,
-    global_batch,
-    *,
-    dtype="bf16",
-    flash_attention=True,
-    async_tp=False,
-    comm_sms=0,
-    zero3_gather="per-block",
-    stack=None,
-    counted=None,
-) -> None:
+def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16",
+                       flash_attention=True, async_tp=False, comm_sms=0, zero3_gather="per-block",
+                       stack=None, counted=None) -> None:
     """Build the programs of the structures search evaluates for ``model`` (layouts with tp > 1 and
     with tp = 1), or read them from the cache: every hardware of the same structure then searches
     without building anything (a co-design sweep's points)."""
     from ..plan import template
 
     for sp in (True, False):
-        plan = _template_plan(
-            model,
-            hardware,
-            seq_len,
-            global_batch,
-            dtype,
-            flash_attention,
-            async_tp,
-            comm_sms,
-            zero3_gather,
-            stack,
-            sp,
-            counted,
-        )
+        plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention,
+                              async_tp, comm_sms, zero3_gather, stack, sp, counted)
         programs.bundle(plan._in, lambda plan=plan: template.build(plan))
 
 
-def _compiled(
-    model,
-    hardware,
-    seq_len,
-    global_batch,
-    dtype,
-    flash_attention,
-    async_tp=False,
-    comm_sms=0,
-    zero3_gather="per-block",
-    stack=None,
-    on_build=None,
-    sequence_parallel=True,
-    counted=None,
-) -> tuple:
+def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False,
+              comm_sms=0, zero3_gather="per-block", stack=None, on_build=None,
+              sequence_parallel=True, counted=None) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
     to be built now. It is the search program of the configuration's structure where that is built
     (in memory or in the cache); otherwise a :class:`~analytic.core.numeric.Program` from memory or
     the disk cache, or built now (``on_build()`` is called first). The cache holds data only,
     validated when read; a file that is not a valid program is rebuilt."""
-    plan = _template_plan(
-        model,
-        hardware,
-        seq_len,
-        global_batch,
-        dtype,
-        flash_attention,
-        async_tp,
-        comm_sms,
-        zero3_gather,
-        stack,
-        sequence_parallel,
-        counted,
-    )
+    plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp,
+                          comm_sms, zero3_gather, stack, sequence_parallel, counted)
     found = _of_structure(plan)
     if found is not None:
         return found, False
