@@ -71,26 +71,16 @@ def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formul
         selective = (
             inp.f("compute.recompute.op_sac_flops_per_token") * m.blocks * inp.tokens_per_step
         )
-        return training + cases(
-            "recomputed",
-            training.unit,
-            (training / 3 * inp.recomputed, lay.recompute_is("full")),
-            (selective, lay.recompute_is("selective")),
-            (0, True),
-        )
-    modules = cases("core", training.unit, (core_forward, lay.core_recomputed), (0, True))
-    if not is_false(lay.up_proj_recomputed):
-        modules = (
-            modules
-            + inp.f("compute.recompute.mla_up_proj_flops_per_token")
-            * m.blocks
-            * inp.tokens_per_step
-        )
+    else:
+        selective = cases("core", training.unit, (core_forward, lay.core_recomputed), (0, True))
+        if not is_false(lay.up_proj_recomputed):
+            up_proj = inp.f("compute.recompute.mla_up_proj_flops_per_token")
+            selective = selective + up_proj * m.blocks * inp.tokens_per_step
     return training + cases(
         "recomputed",
         training.unit,
         (training / 3 * inp.recomputed, lay.recompute_is("full")),
-        (modules, lay.recompute_is("selective")),
+        (selective, lay.recompute_is("selective")),
         (0, True),
     )
 
