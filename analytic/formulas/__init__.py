@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from . import collectives, compute, device, memory, model, offload, ops, parallelism, pipeline, reliability, scaling  # noqa: F401
+from . import (  # noqa: F401
+    collectives,
+    compute,
+    device,
+    memory,
+    model,
+    offload,
+    ops,
+    parallelism,
+    pipeline,
+    reliability,
+    scaling,
+)
 from ._catalogue import CATALOGUE, lookup
 
 
