@@ -40,8 +40,13 @@ FITTED = "stack_efficiency"
 #: starting point and bounds of the constants
 BOUNDS = {FITTED: (0.05, 1.0), "attention_factor": (0.05, 1.0)}
 START = {FITTED: 0.8, "attention_factor": 0.7}
-METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "sequences_per_second_per_gpu", "gpu_hours_per_token",
-           "step_time")
+METRICS = (
+    "achieved_flops",
+    "tokens_per_second_per_gpu",
+    "sequences_per_second_per_gpu",
+    "gpu_hours_per_token",
+    "step_time",
+)
 #: the probability the printed interval of a predicted step time is meant to hold
 COVERAGE = 0.8
 #: robust loss: residuals beyond ~10% in log count linearly, so one irreconcilable case cannot drag
@@ -57,14 +62,18 @@ def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Pla
     return plan_of(spec, **constants)
 
 
-def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str = "step_time") -> Formula:
+def metric_formula(
+    plan: Plan, metric: str, convention: str = "6nd", time: str = "step_time"
+) -> Formula:
     """The measured quantity of a case as a Formula of the plan (``time``: the plan quantity taken
     as the step's time)."""
     flops = plan.expr(f"flops.{choice('convention', convention, CONVENTIONS)}")
     step = plan.expr(choice("time", time, ("step_time", "time.compute")))
     gpus = plan.deg.gpus
     if metric == "achieved_flops":
-        return formula("compute.achieved_flops").bind({"flops": flops, "step_time": step, "gpus": gpus})
+        return formula("compute.achieved_flops").bind(
+            {"flops": flops, "step_time": step, "gpus": gpus}
+        )
     per_gpu = plan.expr("tokens_per_step") / (step * gpus)  # tokens a second a GPU
     if metric == "tokens_per_second_per_gpu":
         return per_gpu
@@ -107,7 +116,9 @@ class Case:
 
 def _vector_names(cases) -> list[str]:
     keys = sorted({c.key for c in cases})
-    return [f"{FITTED}:{k}" for k in keys] + [s for s in SHARED if any(s in c.keywords for c in cases)]
+    return [f"{FITTED}:{k}" for k in keys] + [
+        s for s in SHARED if any(s in c.keywords for c in cases)
+    ]
 
 
 def _constants(names, x) -> dict[str, dict | float]:
@@ -135,8 +146,10 @@ def _predictable(case: Case, constants: dict, left_out: str) -> None:
     determine (no case of the other sources reads them)."""
     missing = [k for k in SHARED if k in case.keywords and k not in constants]
     if missing:
-        raise ValidationError(f"{case.id}: with {left_out} left out no fitted case determines {', '.join(missing)}; "
-                              "add cases of another source that read it")
+        raise ValidationError(
+            f"{case.id}: with {left_out} left out no fitted case determines {', '.join(missing)}; "
+            "add cases of another source that read it"
+        )
 
 
 def _fit(cases: list[Case], start: dict | None = None):
@@ -149,7 +162,9 @@ def _fit(cases: list[Case], start: dict | None = None):
     def first(n):  # the start's value of constant n, where it has one
         if start is None:
             return START[kind(n)]
-        value = start[FITTED].get(n.split(":", 1)[1]) if n.startswith(f"{FITTED}:") else start.get(n)
+        value = (
+            start[FITTED].get(n.split(":", 1)[1]) if n.startswith(f"{FITTED}:") else start.get(n)
+        )
         return START[kind(n)] if value is None else float(value)
 
     x0 = np.array([first(n) for n in names])
@@ -160,11 +175,21 @@ def _fit(cases: list[Case], start: dict | None = None):
 
     def log_errors(x):
         c = _constants(names, x)
-        return np.array([math.log(max(case.predict(_case_constants(c, case)), 1e-300) / case.target)
-                         for case in cases])
+        return np.array(
+            [
+                math.log(max(case.predict(_case_constants(c, case)), 1e-300) / case.target)
+                for case in cases
+            ]
+        )
 
-    res = least_squares(lambda x: weights * log_errors(x), x0, bounds=(lo, hi), method="trf", loss=LOSS,
-                        f_scale=F_SCALE)
+    res = least_squares(
+        lambda x: weights * log_errors(x),
+        x0,
+        bounds=(lo, hi),
+        method="trf",
+        loss=LOSS,
+        f_scale=F_SCALE,
+    )
     constants = _constants(names, res.x)
     constants["rms_log_residual"] = float(np.sqrt(np.mean(log_errors(res.x) ** 2)))
     return constants, names, res
@@ -190,9 +215,18 @@ def identifiability(cases: list[Case]) -> list[dict]:
     for j, name in enumerate(names):
         column = jac[:, j] ** 2
         shares = column / column.sum() if column.sum() > 0 else column
-        order = sorted(range(len(shares)), key=lambda i: (-round(float(shares[i]), 9), cases[i].id))  # ties by id
-        out.append({"name": name, "value": float(res.x[j]), "standard_error": float(np.sqrt(max(cov[j, j], 0.0))),
-                    "determined_by": [(cases[i].id, float(shares[i])) for i in order if shares[i] >= 0.1]})
+        # ties by id
+        order = sorted(range(len(shares)), key=lambda i: (-round(float(shares[i]), 9), cases[i].id))
+        out.append(
+            {
+                "name": name,
+                "value": float(res.x[j]),
+                "standard_error": float(np.sqrt(max(cov[j, j], 0.0))),
+                "determined_by": [
+                    (cases[i].id, float(shares[i])) for i in order if shares[i] >= 0.1
+                ],
+            }
+        )
     return out
 
 
@@ -233,7 +267,9 @@ def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
     for group in steps(sorted({c.group for c in cases}), desc="each source left out", unit="fits"):
         rest = [c for c in fitted if c.group != group]
         if not rest:
-            raise ValidationError(f"leave-one-source-out needs fitted cases of a second source besides {group}")
+            raise ValidationError(
+                f"leave-one-source-out needs fitted cases of a second source besides {group}"
+            )
         constants = fit(rest, start=full)
         for c in cases:
             if c.group == group:
@@ -245,7 +281,11 @@ def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
 def time_ratio(case: Case, prediction: float) -> float:
     """Measured over predicted step time, from a prediction of ``case``'s metric (throughputs vary
     as 1/step time, GPU-hours per token and the step time itself as the step time)."""
-    return case.target / prediction if case.metric in ("gpu_hours_per_token", "step_time") else prediction / case.target
+    return (
+        case.target / prediction
+        if case.metric in ("gpu_hours_per_token", "step_time")
+        else prediction / case.target
+    )
 
 
 def step_error(case: Case, prediction: float) -> float:
@@ -254,10 +294,14 @@ def step_error(case: Case, prediction: float) -> float:
     return 1 / time_ratio(case, prediction) - 1
 
 
-def interval(cases: list[Case], predictions: dict, coverage: float = COVERAGE) -> tuple[float, float]:
+def interval(
+    cases: list[Case], predictions: dict, coverage: float = COVERAGE
+) -> tuple[float, float]:
     """The (1 − coverage)/2 and (1 + coverage)/2 quantiles of measured/predicted step time over
     ``cases``: a predicted step time T has its measured value in [T·low, T·high] that often."""
-    lo, hi = np.quantile([time_ratio(c, predictions[c.id]) for c in cases], [(1 - coverage) / 2, (1 + coverage) / 2])
+    lo, hi = np.quantile(
+        [time_ratio(c, predictions[c.id]) for c in cases], [(1 - coverage) / 2, (1 + coverage) / 2]
+    )
     return float(lo), float(hi)
 
 
@@ -274,14 +318,29 @@ def load_cases(path: Path) -> list[Case]:
     for c in data.get("case", []):
         if c.get("kind") != "predicted" or "plan" not in c:
             continue
-        out.append(Case(c["id"], c["plan"], c["metric"], c.get("convention", "6nd"), as_quantity("published", c["published"]),
-                        in_fit=c.get("in_fit", True), group=c.get("group", "")))
+        out.append(
+            Case(
+                c["id"],
+                c["plan"],
+                c["metric"],
+                c.get("convention", "6nd"),
+                as_quantity("published", c["published"]),
+                in_fit=c.get("in_fit", True),
+                group=c.get("group", ""),
+            )
+        )
     return out
 
 
-def render(constants: dict, cases: list[Case], source: str = "",
-           ratios: tuple[float, float] | None = None, memory: dict | None = None,
-           outside: dict | None = None, routing: dict | None = None) -> str:
+def render(
+    constants: dict,
+    cases: list[Case],
+    source: str = "",
+    ratios: tuple[float, float] | None = None,
+    memory: dict | None = None,
+    outside: dict | None = None,
+    routing: dict | None = None,
+) -> str:
     """The fitted constants as the calibration file the hardware presets read
     (presets/calibration.toml); ``ratios``: the interval of measured/predicted step time
     (:func:`interval`); ``memory``: the allocator's reserve fitted on measured peaks
@@ -289,15 +348,20 @@ def render(constants: dict, cases: list[Case], source: str = "",
     (:func:`analytic.fit.outside.summary`), of the same allocator; ``routing``: the imbalance of
     dropless MoE routing (:func:`analytic.fit.routing.summary`)."""
     lines = [
-        "# Constants of the predictive step-time model, the allocator's reserve over the memory count and the memory",
+        (
+            "# Constants of the predictive step-time model, the allocator's reserve over the memory"
+            " count and the memory"
+        ),
         "# a process holds outside its allocator.",
         "# Generated by",
         "# `analytic calibrate --published --write analytic/presets/calibration.toml`;",
         "# do not edit by hand: rerunning the command reproduces this file.",
         "",
         "[provenance]",
-        f'summary = "scipy.optimize.least_squares on log(predicted/published) over {len(cases)} measured cases '
-        f'of {source}, each source weighted equally"',
+        (
+            f'summary = "scipy.optimize.least_squares on log(predicted/published) over {len(cases)}'
+            f' measured cases of {source}, each source weighted equally"'
+        ),
         f"cases = [{', '.join(repr(c.id).replace(chr(39), chr(34)) for c in cases)}]",
         f"rms_log_residual = {constants['rms_log_residual']:.6f}",
         "",
@@ -308,34 +372,65 @@ def render(constants: dict, cases: list[Case], source: str = "",
     ]
     for key, v in sorted(constants[FITTED].items()):
         lines.append(f'"{key}" = {v:.6f}')
-    lines.append(f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled over the families, by their '
-                 'sources: a stack without fitted sources')
-    errors = {e["name"].split(":", 1)[1]: e["standard_error"] for e in identifiability(cases)
-              if e["name"].startswith(f"{FITTED}:")}
+    lines.append(
+        f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled over the families, by'
+        " their sources: a stack without fitted sources"
+    )
+    errors = {
+        e["name"].split(":", 1)[1]: e["standard_error"]
+        for e in identifiability(cases)
+        if e["name"].startswith(f"{FITTED}:")
+    }
     lines += ["", f"[{FITTED}_stderr]"] + [f'"{k}" = {v:.6f}' for k, v in sorted(errors.items())]
     if ratios is not None:
-        lines += ["", "[interval]",
-                  f'basis = "measured/predicted step time of the {len(cases)} cases, each predicted with its source '
-                  f'left out of the fit ({len({c.group for c in cases})} sources): quantiles {(1 - COVERAGE) / 2:g} '
-                  f'and {(1 + COVERAGE) / 2:g}"',
-                  f"coverage = {COVERAGE}", f"low = {ratios[0]:.6f}", f"high = {ratios[1]:.6f}"]
+        lines += [
+            "",
+            "[interval]",
+            (
+                f'basis = "measured/predicted step time of the {len(cases)} cases, each predicted'
+                f" with its source left out of the fit ({len({c.group for c in cases})} sources):"
+                f' quantiles {(1 - COVERAGE) / 2:g} and {(1 + COVERAGE) / 2:g}"'
+            ),
+            f"coverage = {COVERAGE}",
+            f"low = {ratios[0]:.6f}",
+            f"high = {ratios[1]:.6f}",
+        ]
     if memory is not None:
-        lines += ["", "[memory]",
-                  f'basis = "measured peak memory per GPU (the allocator\'s maximum reserved) over the count of the '
-                  f'run\'s fullest stage, {memory["count"]} measured peaks (the memory cases of {source.split("/")[0]}/) '
-                  f'({memory["sources"]} sources): reserve is its mean in log, each source weighted equally; low and '
-                  'high the smallest and largest measured/predicted peak, each predicted with its source left out"',
-                  f'allocator = "{memory["allocator"]}"',
-                  f"stacks = [{', '.join(chr(34) + name + chr(34) for name in memory['stacks'])}]  # the runs' stacks",
-                  f"reserve = {memory['reserve']:.6f}",
-                  f"reserve_log_stderr = {memory['reserve_log_stderr']:.6f}", f"low = {memory['low']:.6f}", f"high = {memory['high']:.6f}"]
+        lines += [
+            "",
+            "[memory]",
+            f"basis = \"measured peak memory per GPU (the allocator's maximum reserved) over the"
+            f" count of the "
+            f'run\'s fullest stage, {memory["count"]} measured peaks (the memory cases of'
+            f' {source.split("/")[0]}/) '
+            f'({memory["sources"]} sources): reserve is its mean in log, each source weighted'
+            " equally; low and "
+            "high the smallest and largest measured/predicted peak, each predicted with its source"
+            ' left out"',
+            f'allocator = "{memory["allocator"]}"',
+            (
+                f"stacks = [{', '.join(chr(34) + name + chr(34) for name in memory['stacks'])}]  #"
+                " the runs' stacks"
+            ),
+            f"reserve = {memory['reserve']:.6f}",
+            f"reserve_log_stderr = {memory['reserve_log_stderr']:.6f}",
+            f"low = {memory['low']:.6f}",
+            f"high = {memory['high']:.6f}",
+        ]
         if outside is not None and outside["allocator"] == memory["allocator"]:
-            lines += [f'outside_basis = "the device\'s memory less the allocator\'s reserved and the free memory, '
-                      f'{outside["count"]} snapshots of training processes (the outside cases of {source.split("/")[0]}/) '
-                      f'({outside["sources"]} sources): outside_bytes is their mean, each source weighted equally, '
-                      'with its standard error; low and high the smallest and largest snapshot"',
-                      f"outside_bytes = {outside['outside']:.0f}", f"outside_stderr_bytes = {outside['stderr']:.0f}",
-                      f"outside_low_bytes = {outside['low']:.0f}", f"outside_high_bytes = {outside['high']:.0f}"]
+            lines += [
+                f"outside_basis = \"the device's memory less the allocator's reserved and the free"
+                f" memory, "
+                f'{outside["count"]} snapshots of training processes (the outside cases of'
+                f' {source.split("/")[0]}/) '
+                f'({outside["sources"]} sources): outside_bytes is their mean, each source weighted'
+                " equally, "
+                'with its standard error; low and high the smallest and largest snapshot"',
+                f"outside_bytes = {outside['outside']:.0f}",
+                f"outside_stderr_bytes = {outside['stderr']:.0f}",
+                f"outside_low_bytes = {outside['low']:.0f}",
+                f"outside_high_bytes = {outside['high']:.0f}",
+            ]
     return "\n".join(lines + _routing_lines(routing, source.split("/")[0])) + "\n"
 
 
@@ -343,13 +438,18 @@ def _routing_lines(routing: dict | None, folder: str) -> list[str]:
     """The [routing] tables of the calibration file, a model each, where pairs were fitted."""
     if routing is None:
         return []
-    lines = ["", "[routing]",
-             'basis = "the busiest expert-parallel rank\'s routed tokens over its balanced share '
-             'under dropless routing, by model: the mean over its published pairs of runs forced '
-             f'balanced and dropless ({folder}/routing.toml), each the imbalance at which the plan '
-             'of the run steps as much longer as the run measured; its standard error (the spread '
-             'of the pairs over the root of their number) where it has several, low and high the '
-             'least and largest pair"']
+    lines = [
+        "",
+        "[routing]",
+        (
+            "basis = \"the busiest expert-parallel rank's routed tokens over its balanced share "
+            "under dropless routing, by model: the mean over its published pairs of runs forced "
+            f"balanced and dropless ({folder}/routing.toml), each the imbalance at which the plan "
+            "of the run steps as much longer as the run measured; its standard error (the spread "
+            "of the pairs over the root of their number) where it has several, low and high the "
+            'least and largest pair"'
+        ),
+    ]
     for name, m in routing["models"].items():
         lines += ["", f'[routing.dropless."{name}"]', f"imbalance = {m['imbalance']:.6f}"]
         lines += [] if m["stderr"] is None else [f"stderr = {m['stderr']:.6f}"]
@@ -357,13 +457,27 @@ def _routing_lines(routing: dict | None, folder: str) -> list[str]:
     return lines
 
 
-def as_json(constants: dict, cases: list[Case], ratios: tuple[float, float] | None = None,
-            memory: dict | None = None, outside: dict | None = None,
-            routing: dict | None = None) -> dict:
+def as_json(
+    constants: dict,
+    cases: list[Case],
+    ratios: tuple[float, float] | None = None,
+    memory: dict | None = None,
+    outside: dict | None = None,
+    routing: dict | None = None,
+) -> dict:
     """The fitted constants as data."""
-    return {"cases": [c.id for c in cases], "rms_log_residual": constants["rms_log_residual"],
-            "shared": {k: constants[k] for k in SHARED}, FITTED: dict(constants[FITTED]),
-            f"default_{FITTED}": pooled_efficiency(constants, cases),
-            **({"interval": {"coverage": COVERAGE, "low": ratios[0], "high": ratios[1]}} if ratios else {}),
-            **({"memory": memory} if memory else {}), **({"outside": outside} if outside else {}),
-            **({"routing": routing} if routing else {})}
+    return {
+        "cases": [c.id for c in cases],
+        "rms_log_residual": constants["rms_log_residual"],
+        "shared": {k: constants[k] for k in SHARED},
+        FITTED: dict(constants[FITTED]),
+        f"default_{FITTED}": pooled_efficiency(constants, cases),
+        **(
+            {"interval": {"coverage": COVERAGE, "low": ratios[0], "high": ratios[1]}}
+            if ratios
+            else {}
+        ),
+        **({"memory": memory} if memory else {}),
+        **({"outside": outside} if outside else {}),
+        **({"routing": routing} if routing else {}),
+    }

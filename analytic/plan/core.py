@@ -50,11 +50,15 @@ class Memory:
     total: Quantity
     hbm: Quantity
     logits: Quantity  # one microbatch's logits on the last stage
-    loss: Quantity  # the loss's working set at its peak (logits included), in the last stage's activations
+    # the loss's working set at its peak (logits included), in the last stage's activations
+    loss: Quantity
     stage: int | None = None  # the stage's index (0 the first), where known
-    optimizer_step: Quantity = Quantity(0, "byte")  # the step's temporaries where the optimizer step is the peak
-    host: Quantity = Quantity(0, "byte")  # offloaded activations and optimizer in host memory (any stage's most)
-    outside: Quantity = Quantity(0, "byte")  # the least measured outside the allocator: the count must leave it
+    # the step's temporaries where the optimizer step is the peak
+    optimizer_step: Quantity = Quantity(0, "byte")
+    # offloaded activations and optimizer in host memory (any stage's most)
+    host: Quantity = Quantity(0, "byte")
+    # the least measured outside the allocator: the count must leave it
+    outside: Quantity = Quantity(0, "byte")
 
     def __post_init__(self):  # the defaults, as the library gives a plan's quantities
         for k in ("optimizer_step", "host", "outside"):
@@ -73,11 +77,16 @@ class Memory:
     def __repr__(self) -> str:
         """The parts in GB, as the command line and the docs show them; a part that is zero left
         out, but for the weights and gradients."""
+
         def gb(name) -> str:
             return f"{name} {float(getattr(self, name).to('GB').magnitude):.4g} GB"
+
         where = "the fullest stage" if self.stage is None else f"stage {self.stage}"
-        held = [gb(n) for n in MEMORY_PARTS
-                if n in ("weights", "gradients") or getattr(self, n).magnitude]
+        held = [
+            gb(n)
+            for n in MEMORY_PARTS
+            if n in ("weights", "gradients") or getattr(self, n).magnitude
+        ]
         extra = [gb(n) for n in ("logits", "loss", "outside", "host") if getattr(self, n).magnitude]
         tail = f"; {', '.join(extra)}" if extra else ""
         return f"Memory({where}: {', '.join(held)}; {gb('total')}, {gb('hbm')}{tail})"
@@ -105,33 +114,89 @@ class Plan:
     "dropless", the model's value fitted on its runs).
     """
 
-    def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
-                 global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
-                 flash_attention: bool | None = None, training_tokens=None, allow_cross_node_tp: bool = False,
-                 grad_dtype: str | None = None, moment_dtype: str | None = None, stack: str | None = None,
-                 profile=None, optimizer: str = "adam", fp8_recipe: str | None = None, dispatcher: str | None = None,
-                 bf16_layers=None, expert_capacity=None, pad_to_capacity: bool = True, **overrides):
-        self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
-                                microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
-                                flash_attention=flash_attention, training_tokens=training_tokens,
-                                allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype,
-                                moment_dtype=moment_dtype, stack=stack, optimizer=optimizer,
-                                fp8_recipe=fp8_recipe, dispatcher=dispatcher, bf16_layers=bf16_layers,
-                                expert_capacity=expert_capacity, pad_to_capacity=pad_to_capacity,
-                                profile=profile, **overrides)
+    def __init__(
+        self,
+        model: Model,
+        hardware: Hardware,
+        layout: Layout | None = None,
+        *,
+        seq_len=None,
+        global_batch=None,
+        microbatch_size=1,
+        dtype: str = "bf16",
+        batch_tokens=None,
+        flash_attention: bool | None = None,
+        training_tokens=None,
+        allow_cross_node_tp: bool = False,
+        grad_dtype: str | None = None,
+        moment_dtype: str | None = None,
+        stack: str | None = None,
+        profile=None,
+        optimizer: str = "adam",
+        fp8_recipe: str | None = None,
+        dispatcher: str | None = None,
+        bf16_layers=None,
+        expert_capacity=None,
+        pad_to_capacity: bool = True,
+        **overrides,
+    ):
+        self._in = inp = Inputs(
+            model,
+            hardware,
+            layout,
+            seq_len=seq_len,
+            global_batch=global_batch,
+            microbatch_size=microbatch_size,
+            dtype=dtype,
+            batch_tokens=batch_tokens,
+            flash_attention=flash_attention,
+            training_tokens=training_tokens,
+            allow_cross_node_tp=allow_cross_node_tp,
+            grad_dtype=grad_dtype,
+            moment_dtype=moment_dtype,
+            stack=stack,
+            optimizer=optimizer,
+            fp8_recipe=fp8_recipe,
+            dispatcher=dispatcher,
+            bf16_layers=bf16_layers,
+            expert_capacity=expert_capacity,
+            pad_to_capacity=pad_to_capacity,
+            profile=profile,
+            **overrides,
+        )
         self.model, self.hardware, self.layout = inp.model, inp.hardware, inp.layout
-        self.dtype, self.flash_attention, self.overrides, self.notes = inp.dtype, inp.flash_attention, inp.overrides, inp.notes
-        self.seq_len, self.global_batch, self.microbatch_size = inp.seq_len, inp.global_batch, inp.microbatch_size
-        self.training_tokens, self.allow_cross_node_tp = inp.training_tokens, inp.allow_cross_node_tp
+        self.dtype, self.flash_attention, self.overrides, self.notes = (
+            inp.dtype,
+            inp.flash_attention,
+            inp.overrides,
+            inp.notes,
+        )
+        self.seq_len, self.global_batch, self.microbatch_size = (
+            inp.seq_len,
+            inp.global_batch,
+            inp.microbatch_size,
+        )
+        self.training_tokens, self.allow_cross_node_tp = (
+            inp.training_tokens,
+            inp.allow_cross_node_tp,
+        )
         self.grad_dtype, self.moment_dtype, self.stack = inp.grad_dtype, inp.moment_dtype, inp.stack
-        self.optimizer, self.fp8_recipe, self.dispatcher = inp.optimizer, inp.fp8_recipe, inp.dispatcher
+        self.optimizer, self.fp8_recipe, self.dispatcher = (
+            inp.optimizer,
+            inp.fp8_recipe,
+            inp.dispatcher,
+        )
         self.bf16_layers, self.expert_capacity = inp.bf16_layers, inp.expert_capacity
         self.pad_to_capacity = inp.pad_to_capacity
-        self._fp8_recipe_given, self._dispatcher_given = fp8_recipe, dispatcher  # None follows a replaced plan's stack
-        self._grad_dtype_given = grad_dtype  # None follows the stack and the ZeRO stage of a replaced plan
-        self._exprs, self._stages = {}, {}  # quantity → its Formula, and stage → its parts' Formulas, once built
+        # None follows a replaced plan's stack
+        self._fp8_recipe_given, self._dispatcher_given = fp8_recipe, dispatcher
+        # None follows the stack and the ZeRO stage of a replaced plan
+        self._grad_dtype_given = grad_dtype
+        # quantity → its Formula, and stage → its parts' Formulas, once built
+        self._exprs, self._stages = {}, {}
 
-    # --- stages, built when first needed ------------------------------------------------------------
+    # --- stages, built when first needed
+    #   ------------------------------------------------------------
     @property
     def deg(self) -> Degrees:
         """The layout's degrees and choices as sympy numbers, symbols and conditions."""
@@ -151,24 +216,30 @@ class Plan:
     @cached_property
     def _params(self) -> dict:
         from . import placement
+
         return placement.parameters(self._in)
 
     @cached_property
     def _activation_parts(self) -> dict:
         from . import memory
+
         return memory.activation_parts(self._in)
 
     @cached_property
     def _worst(self) -> dict:
         from . import memory
+
         return memory.worst(self._in, self._activation_parts, self._stage)
 
     @cached_property
     def _numbers(self) -> programs.Numbers:
         """The numbers of the programs of the plan's structure, where it has them."""
+
         def lower():
             from . import template
+
             return template.build(self)
+
         return programs.Numbers(self._in, lower)
 
     def value(self, name: str) -> Quantity:
@@ -181,11 +252,13 @@ class Plan:
     @cached_property
     def _comm(self) -> dict:
         from . import communication
+
         return communication.communication(self._in, self._params)
 
     @cached_property
     def _time(self) -> dict:
         from . import ops, timing
+
         return timing.timing(self._in, ops.op_times(self._in, self._params), self._comm)
 
     # --- placement ------------------------------------------------------------------------
@@ -234,6 +307,7 @@ class Plan:
     @cached_property
     def _builders(self) -> dict:
         from . import quantities
+
         return quantities.builders(self)
 
     # --- numbers ------------------------------------------------------------------------------
@@ -267,7 +341,9 @@ class Plan:
         bubble + exposed communication; see :meth:`time_breakdown`)."""
         if mfu is None:
             return self.value("step_time")
-        return self._formula("compute.train_time", {"flops": "flops", "gpus": "gpus"}, mfu=fraction("mfu", mfu))
+        return self._formula(
+            "compute.train_time", {"flops": "flops", "gpus": "gpus"}, mfu=fraction("mfu", mfu)
+        )
 
     def step_time_interval(self) -> tuple[Quantity, Quantity]:
         """(low, high): where the measured step time falls with the calibration's coverage (80%):
@@ -275,8 +351,10 @@ class Plan:
         each predicted with its whole source left out of the fit (calibration.toml's [interval])."""
         cal = self._in.calibration
         if cal is None or cal.interval is None:
-            raise PresetError("step_time_interval: the interval comes with the shipped calibration; a plan whose "
-                              "constants are all given has none")
+            raise PresetError(
+                "step_time_interval: the interval comes with the shipped calibration; a plan whose "
+                "constants are all given has none"
+            )
         t = self.step_time()
         return t * cal.interval[0], t * cal.interval[1]
 
@@ -311,7 +389,7 @@ class Plan:
     def time_breakdown(self, ops: bool = False) -> dict:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
         ``ops``: compute split into its op classes (gemm, attention, memory_bound, optimizer)."""
-        names = TIME_PARTS if flag("ops", ops) else ("compute", *TIME_PARTS[len(OP_CLASSES):])
+        names = TIME_PARTS if flag("ops", ops) else ("compute", *TIME_PARTS[len(OP_CLASSES) :])
         return {k: self.value(f"time.{k}") for k in names}
 
     def exposure(self) -> dict:
@@ -319,12 +397,21 @@ class Plan:
         "why": why what is exposed is not hidden}; dp also "window", the compute its traffic hides
         behind."""
         from .timing import why_exposed
+
         if not self._in.numeric:
-            raise FreeSymbolError("exposure: the reasons need a numeric layout; use "
-                                  "plan.expr('time.dp') and plan.expr('communication_time.dp')")
+            raise FreeSymbolError(
+                "exposure: the reasons need a numeric layout; use "
+                "plan.expr('time.dp') and plan.expr('communication_time.dp')"
+            )
         why = why_exposed(self._in.deg)
-        out = {a: {"exposed": self.value(f"time.{a}"),
-                   "traffic": self.value(f"communication_time.{a}"), "why": why[a]} for a in AXES}
+        out = {
+            a: {
+                "exposed": self.value(f"time.{a}"),
+                "traffic": self.value(f"communication_time.{a}"),
+                "why": why[a],
+            }
+            for a in AXES
+        }
         out["dp"]["window"] = self.value("time.dp_window")
         return out
 
@@ -332,11 +419,16 @@ class Plan:
         """The pipeline stage that sets the step's pace: ``stage`` (its index), ``compute`` (its
         compute for the step), ``average`` (the average stage's) and ``imbalance`` (what it adds to
         the step)."""
-        times = {k: self.value(f"time.stage.{k}") for k in ("last", "first", "middle")}  # the ends first on ties
+        # the ends first on ties
+        times = {k: self.value(f"time.stage.{k}") for k in ("last", "first", "middle")}
         name = max(times, key=lambda k: times[k].to("s").magnitude)
         pp, parts = int(self.layout.pp), self.time_breakdown(ops=True)
-        return {"stage": {"first": 0, "middle": min(1, pp - 1), "last": pp - 1}[name], "compute": times[name],
-                "average": parts["gemm"] + parts["attention"] + parts["memory_bound"], "imbalance": parts["imbalance"]}
+        return {
+            "stage": {"first": 0, "middle": min(1, pp - 1), "last": pp - 1}[name],
+            "compute": times[name],
+            "average": parts["gemm"] + parts["attention"] + parts["memory_bound"],
+            "imbalance": parts["imbalance"],
+        }
 
     def mfu(self, step_time=None) -> float:
         """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted
@@ -351,25 +443,41 @@ class Plan:
         quantity it takes) and ``values``: a numeric plan's at the quantities' numbers, else from
         their expressions."""
         if self._in.numeric:
-            return self._in.f(name, **{k: self.value(q) for k, q in quantities.items()}, **values).value()
-        return self._in.f(name, **{k: self.expr(q) for k, q in quantities.items()}, **values).value()
+            return self._in.f(
+                name, **{k: self.value(q) for k, q in quantities.items()}, **values
+            ).value()
+        return self._in.f(
+            name, **{k: self.expr(q) for k, q in quantities.items()}, **values
+        ).value()
 
     def memory(self, stage: int | None = None) -> Memory:
         """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts
         sum to the total."""
         if stage is None:
             parts = {k: self.value(f"memory.{k}") for k in (*MEMORY_PARTS, "total", "host")}
-            p = self._numeric_pp()  # the fullest is the first, the second or the last (memory.worst says why)
+            # the fullest is the first, the second or the last (memory.worst says why)
+            p = self._numeric_pp()
             worst = max(sorted({0, min(1, p - 1), p - 1}), key=self._stage_total)
         else:
             worst = count("stage", stage, minimum=0, allow_symbol=False)
             if worst >= self._numeric_pp():
-                raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.layout.pp}), got {stage}")
+                raise InputError(
+                    f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.layout.pp}), got"
+                    f" {stage}"
+                )
             parts = self._stage_values(worst)
-        hbm, outside = (readable(Quantity(float(self._in.given_number(k)), "byte"))
-                        for k in ("hbm", "outside_bytes"))
-        return Memory(**parts, hbm=hbm, outside=outside,
-                      logits=self.value("memory.logits"), loss=self.value("memory.loss"), stage=worst)
+        hbm, outside = (
+            readable(Quantity(float(self._in.given_number(k)), "byte"))
+            for k in ("hbm", "outside_bytes")
+        )
+        return Memory(
+            **parts,
+            hbm=hbm,
+            outside=outside,
+            logits=self.value("memory.logits"),
+            loss=self.value("memory.loss"),
+            stage=worst,
+        )
 
     def memory_by_stage(self) -> list[Memory]:
         """:meth:`memory` of every pipeline stage, first to last."""
@@ -377,7 +485,9 @@ class Plan:
 
     def _numeric_pp(self) -> int:
         if not is_number(self.layout.pp):
-            raise FreeSymbolError("pp: the stages need a numeric pipeline degree; use plan.expr('memory.total')")
+            raise FreeSymbolError(
+                "pp: the stages need a numeric pipeline degree; use plan.expr('memory.total')"
+            )
         return int(self.layout.pp)
 
     def _stage_expr(self, name: str, stage) -> Formula:
@@ -385,18 +495,25 @@ class Plan:
         part = name.removeprefix("memory.")
         parts = (*MEMORY_PARTS, "total", "host")
         if not name.startswith("memory.") or part not in parts:
-            raise InputError(f"stage: a stage's expression is one of memory.{', memory.'.join(parts)}; "
-                             f"{name} is the whole step's")
+            raise InputError(
+                f"stage: a stage's expression is one of memory.{', memory.'.join(parts)}; "
+                f"{name} is the whole step's"
+            )
         if not is_sympy(stage):
             stage = count("stage", stage, minimum=0, allow_symbol=False)
             if is_number(self.layout.pp) and stage >= int(self.layout.pp):
-                raise InputError(f"stage: expected a stage below pp = {int(self.layout.pp)}, got {stage}")
-        return self._stage(stage)[part].renamed(f"plan.{name}[stage {stage}]", source=provenance(self))
+                raise InputError(
+                    f"stage: expected a stage below pp = {int(self.layout.pp)}, got {stage}"
+                )
+        return self._stage(stage)[part].renamed(
+            f"plan.{name}[stage {stage}]", source=provenance(self)
+        )
 
     def _stage(self, k) -> dict:
         """Stage ``k``'s memory parts as Formulas (built once per stage)."""
         if k not in self._stages:
             from . import memory
+
             exact_k = k if self._in.numeric or self._in.on_terms else exact(k)
             self._stages[k] = memory.stage(self._in, exact_k, self._activation_parts)
         return self._stages[k]
@@ -423,9 +540,15 @@ class Plan:
             return n
         f = self.expr(name)
         if not held.holds_number(f) and f.expr.free_symbols:
-            raise FreeSymbolError(f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()")
+            raise FreeSymbolError(
+                f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()"
+            )
         x = f.term if held.holds_number(f) else f.expr
-        whole = type(x) is int or (type(x) is Fraction and x.denominator == 1) or (is_sympy(x) and x.is_integer)
+        whole = (
+            type(x) is int
+            or (type(x) is Fraction and x.denominator == 1)
+            or (is_sympy(x) and x.is_integer)
+        )
         return int(x) if whole else _number(f, f.name)
 
     def smallest(self, keyword: str, limit: int | None = None, at_limit: bool = False) -> int:
@@ -433,7 +556,10 @@ class Plan:
         (:meth:`memory_verdict`; with ``at_limit`` at the allocator's limit too), up to ``limit``
         (default :func:`analytic.symbolic.smallest_fitting`'s)."""
         from ..symbolic import smallest_fitting
-        return smallest_fitting(self, keyword, at_limit=at_limit, **({} if limit is None else {"limit": limit}))
+
+        return smallest_fitting(
+            self, keyword, at_limit=at_limit, **({} if limit is None else {"limit": limit})
+        )
 
     def best(self, keyword: str, limit: int | None = None, objective: str = "step_time") -> int:
         """The integer value of the free input ``keyword``, among those that fit
@@ -441,7 +567,10 @@ class Plan:
         ``objective`` (``"cost"``: GPU-seconds per token; ``"mfu"``), up to ``limit`` (default
         :func:`analytic.symbolic.optimise`'s)."""
         from ..symbolic import optimise
-        return optimise(self, keyword, objective, **({} if limit is None else {"limit": limit}))["best"]
+
+        return optimise(self, keyword, objective, **({} if limit is None else {"limit": limit}))[
+            "best"
+        ]
 
     def subs(self, **values) -> "Plan":
         """A new plan with free inputs of the layout or model given values."""
@@ -450,27 +579,46 @@ class Plan:
         rest = set(values) - set(lay) - set(mod)
         if rest:
             raise UnknownNameError("plan input", sorted(rest)[0], list(lay) + list(mod))
-        return self.replace(model=self.model.replace(**mod) if mod else None, layout=self.layout.replace(**lay))
+        return self.replace(
+            model=self.model.replace(**mod) if mod else None, layout=self.layout.replace(**lay)
+        )
 
     def _arguments(self) -> dict:
         """The keyword arguments that build this plan again (overrides as quantities or symbols)."""
-        return dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
-                    dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
-                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given,
-                    moment_dtype=self.moment_dtype, stack=self.stack, optimizer=self.optimizer,
-                    fp8_recipe=self._fp8_recipe_given, dispatcher=self._dispatcher_given,
-                    bf16_layers=self.bf16_layers if any(self.bf16_layers) else None,
-                    expert_capacity=self.expert_capacity, pad_to_capacity=self.pad_to_capacity,
-                    **{k: v if is_sympy(v) else Quantity(v, info(k).unit) for k, v in self.overrides.items()})
+        return dict(
+            seq_len=self.seq_len,
+            global_batch=self.global_batch,
+            microbatch_size=self.microbatch_size,
+            dtype=self.dtype,
+            flash_attention=self.flash_attention,
+            training_tokens=self.training_tokens,
+            allow_cross_node_tp=self.allow_cross_node_tp,
+            grad_dtype=self._grad_dtype_given,
+            moment_dtype=self.moment_dtype,
+            stack=self.stack,
+            optimizer=self.optimizer,
+            fp8_recipe=self._fp8_recipe_given,
+            dispatcher=self._dispatcher_given,
+            bf16_layers=self.bf16_layers if any(self.bf16_layers) else None,
+            expert_capacity=self.expert_capacity,
+            pad_to_capacity=self.pad_to_capacity,
+            **{
+                k: v if is_sympy(v) else Quantity(v, info(k).unit)
+                for k, v in self.overrides.items()
+            },
+        )
 
-    def replace(self, *, model: Model | None = None, layout: Layout | None = None, **changes) -> "Plan":
+    def replace(
+        self, *, model: Model | None = None, layout: Layout | None = None, **changes
+    ) -> "Plan":
         """A new plan with the model, layout or any keyword argument of Plan changed."""
         args = self._arguments()
         if "batch_tokens" in changes:
             args.pop("global_batch")
         if changes.get("dtype", self.dtype) != "fp8":  # a recipe of fp8 only
             args["fp8_recipe"] = None
-        if changes.get("dtype", self.dtype) in ("bf16", "fp16"):  # no layer is kept in BF16 of a 16-bit plan
+        # no layer is kept in BF16 of a 16-bit plan
+        if changes.get("dtype", self.dtype) in ("bf16", "fp16"):
             args["bf16_layers"] = None
         args.update(changes)
         return Plan(model or self.model, self.hardware, layout or self.layout, **args)
@@ -494,4 +642,5 @@ def _number(f: Formula, name: str) -> float:
     if held.holds_number(f):
         return float(f.term)
     from ..core.expressions import to_float
+
     return to_float(f.expr, name)

@@ -27,7 +27,9 @@ from ..presets.hardware import Hardware
 
 def _open(value, keyword: str) -> bool:
     """Whether a discrete choice of a layout is left open as its symbol (``an.sym("zero")``)."""
-    return is_symbol(value, keyword) or (is_sympy(value) and value.is_Symbol and value == sym(keyword))
+    return is_symbol(value, keyword) or (
+        is_sympy(value) and value.is_Symbol and value == sym(keyword)
+    )
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ class Layout:
     dp: object = 1
     cp: object = 1
     ep: object = 1
-    etp: object = None  # expert tensor parallel: the TP of the expert layers (None: tp, Megatron-Core's default)
+    # expert tensor parallel: the TP of the expert layers (None: tp, Megatron-Core's default)
+    etp: object = None
     vpp: object = 1
     zero: object = 0
     sequence_parallel: bool = False
@@ -106,13 +109,20 @@ class Layout:
     zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
     first_stage_layers: object = None  # layers on the first pipeline stage (None: an even split)
     last_stage_layers: object = None  # layers on the last pipeline stage (None: an even split)
-    ends_as_layers: bool = False  # the embedding and the output layer + loss each take a layer's place in the split
-    recompute_layers: object = None  # layers of each stage (chunk) recomputed under full (None: all)
-    offload_activations: bool = False  # kept activations copied to host memory between forward and backward
-    recompute_modules: tuple = ()  # submodules recomputed under selective (RECOMPUTE_MODULES; () the attention core)
-    fp8_activations: bool = False  # saved matmul and SwiGLU inputs cached in FP8 (DeepSeek-V3 §3.3.2)
-    offload_optimizer: object = 0  # share of the parameters whose optimizer step and state are on the host
-    pipeline_layout: object = None  # Megatron-Core's layout of the chunks ("Et|(tt|)*30mL"; pipeline_layout.py)
+    # the embedding and the output layer + loss each take a layer's place in the split
+    ends_as_layers: bool = False
+    # layers of each stage (chunk) recomputed under full (None: all)
+    recompute_layers: object = None
+    # kept activations copied to host memory between forward and backward
+    offload_activations: bool = False
+    # submodules recomputed under selective (RECOMPUTE_MODULES; () the attention core)
+    recompute_modules: tuple = ()
+    # saved matmul and SwiGLU inputs cached in FP8 (DeepSeek-V3 §3.3.2)
+    fp8_activations: bool = False
+    # share of the parameters whose optimizer step and state are on the host
+    offload_optimizer: object = 0
+    # Megatron-Core's layout of the chunks ("Et|(tt|)*30mL"; pipeline_layout.py)
+    pipeline_layout: object = None
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -122,36 +132,68 @@ class Layout:
             object.__setattr__(self, "etp", canonical(count("etp", self.etp)))
         for k in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, k) is not None:
-                object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
+                object.__setattr__(
+                    self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False))
+                )
         if not _open(self.zero, "zero"):
-            if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in ZERO_STAGES:
+            if (
+                isinstance(self.zero, bool)
+                or not isinstance(self.zero, numbers.Integral)
+                or self.zero not in ZERO_STAGES
+            ):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
-        for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations", "ends_as_layers"):
+        for k in (
+            "sequence_parallel",
+            "async_tp",
+            "offload_activations",
+            "fp8_activations",
+            "ends_as_layers",
+        ):
             flag(k, getattr(self, k))
-        object.__setattr__(self, "offload_optimizer", share("offload_optimizer", self.offload_optimizer))
+        object.__setattr__(
+            self, "offload_optimizer", share("offload_optimizer", self.offload_optimizer)
+        )
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         if self.recompute_layers is not None:
-            object.__setattr__(self, "recompute_layers", int(count("recompute_layers", self.recompute_layers,
-                                                                   allow_symbol=False)))
+            object.__setattr__(
+                self,
+                "recompute_layers",
+                int(count("recompute_layers", self.recompute_layers, allow_symbol=False)),
+            )
             if not _open(self.recompute, "recompute") and self.recompute != "full":
-                raise LayoutError(f"recompute_layers: recomputes N layers of each stage under recompute='full', "
-                                  f"not {self.recompute!r}")
-        if isinstance(self.recompute_modules, str) or not isinstance(self.recompute_modules, (tuple, list)):
-            raise InputError(f"recompute_modules: expected a tuple of {', '.join(RECOMPUTE_MODULES)}, "
-                             f"got {self.recompute_modules!r}")
+                raise LayoutError(
+                    "recompute_layers: recomputes N layers of each stage under recompute='full', "
+                    f"not {self.recompute!r}"
+                )
+        if isinstance(self.recompute_modules, str) or not isinstance(
+            self.recompute_modules, (tuple, list)
+        ):
+            raise InputError(
+                f"recompute_modules: expected a tuple of {', '.join(RECOMPUTE_MODULES)}, "
+                f"got {self.recompute_modules!r}"
+            )
         for name in self.recompute_modules:
             choice("recompute_modules", name, RECOMPUTE_MODULES)
-        object.__setattr__(self, "recompute_modules", tuple(sorted(set(self.recompute_modules),
-                                                                   key=RECOMPUTE_MODULES.index)))
+        object.__setattr__(
+            self,
+            "recompute_modules",
+            tuple(sorted(set(self.recompute_modules), key=RECOMPUTE_MODULES.index)),
+        )
         if self.recompute_modules and self.recompute != "selective":
-            raise LayoutError(f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}")
+            raise LayoutError(
+                f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}"
+            )
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
-        if self.schedule is None:  # model chunks imply the schedule that runs them; an explicit other one is refused
+        # model chunks imply the schedule that runs them; an explicit other one is refused
+        if self.schedule is None:
             chunks = is_number(self.vpp) and self.vpp > 1
             if chunks and is_number(self.pp) and self.pp < 2:
-                raise LayoutError(f"vpp: {self.vpp} model chunks a stage need pipeline stages (pp ≥ 2), got pp = {self.pp}")
+                raise LayoutError(
+                    f"vpp: {self.vpp} model chunks a stage need pipeline stages (pp ≥ 2), got pp ="
+                    f" {self.pp}"
+                )
             object.__setattr__(self, "schedule", "interleaved" if chunks else "1f1b")
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
@@ -159,17 +201,31 @@ class Layout:
             raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
         if self.schedule == "interleaved" and is_number(self.pp) and self.pp < 2:
             raise LayoutError(f"pp: the interleaved schedule needs pp ≥ 2 stages, got {self.pp}")
-        if self.schedule in SCHEDULES and self.schedule != "interleaved" and is_number(self.vpp) and self.vpp != 1:
-            raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
+        if (
+            self.schedule in SCHEDULES
+            and self.schedule != "interleaved"
+            and is_number(self.vpp)
+            and self.vpp != 1
+        ):
+            raise LayoutError(
+                f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got"
+                f" {self.schedule!r})"
+            )
         self._check_folding()
         if self.schedule == "dualpipe" and is_number(self.pp) and self.pp % 2:
             raise LayoutError(f"pp: DualPipe needs an even number of stages, got {self.pp}")
-        if self.ends_as_layers and (self.first_stage_layers is not None or self.last_stage_layers is not None):
-            raise LayoutError("ends_as_layers: the split it makes leaves no first_stage_layers/last_stage_layers to "
-                              "give (Megatron-Core refuses both at once)")
+        if self.ends_as_layers and (
+            self.first_stage_layers is not None or self.last_stage_layers is not None
+        ):
+            raise LayoutError(
+                "ends_as_layers: the split it makes leaves no first_stage_layers/last_stage_layers"
+                " to give (Megatron-Core refuses both at once)"
+            )
         if self.ends_as_layers and self.schedule == "dualpipe":
-            raise LayoutError("ends_as_layers: DualPipe places both ends of the model on the same ranks; the split "
-                              "is Megatron-Core's, for its 1F1B and interleaved schedules")
+            raise LayoutError(
+                "ends_as_layers: DualPipe places both ends of the model on the same ranks; the"
+                " split is Megatron-Core's, for its 1F1B and interleaved schedules"
+            )
         if self.pipeline_layout is not None:
             self._read_pipeline_layout()
 
@@ -180,18 +236,24 @@ class Layout:
         etp = self.tp if self.etp is None else self.etp
         sizes = (self.tp, self.cp, self.dp, self.ep, etp)
         if all(is_number(x) for x in sizes) and (self.tp * self.cp * self.dp) % (etp * self.ep):
-            raise LayoutError(f"ep: etp × ep = {etp} × {self.ep} does not divide tp × cp × dp = {self.tp} × {self.cp} "
-                              f"× {self.dp} (the expert layers fold their ETP × EP × EDP over TP × CP × DP)")
+            raise LayoutError(
+                f"ep: etp × ep = {etp} × {self.ep} does not divide tp × cp × dp = {self.tp} ×"
+                f" {self.cp} × {self.dp} (the expert layers fold their ETP × EP × EDP over TP × CP"
+                " × DP)"
+            )
 
     def _read_pipeline_layout(self) -> None:
         """The first and last stages' layers the layout gives (Megatron-Core's checks of it
         applied)."""
         from .pipeline_layout import chunks, stage_layers
+
         if not (is_number(self.pp) and is_number(self.vpp)):
             raise LayoutError("pipeline_layout: needs numeric pp and vpp, whose chunks it fills")
         if self.ends_as_layers or self.schedule == "dualpipe":
-            raise LayoutError("pipeline_layout: places the ends itself, for Megatron-Core's 1F1B and interleaved "
-                              "schedules; not with ends_as_layers or DualPipe")
+            raise LayoutError(
+                "pipeline_layout: places the ends itself, for Megatron-Core's 1F1B and interleaved "
+                "schedules; not with ends_as_layers or DualPipe"
+            )
         first, _, last = stage_layers(chunks(self.pipeline_layout), self.pp, self.vpp)
         if self.pp < 2:
             return
@@ -209,37 +271,65 @@ class Layout:
         """The memory savers as text: the recomputation policy with its modules or layers,
         offloading, FP8 activations (``recompute=selective(layernorm,moe_act) fp8_activations``)."""
         modules = f"({','.join(self.recompute_modules)})" if self.recompute_modules else ""
-        layers = f" recompute_layers={self.recompute_layers}" if self.recompute_layers is not None else ""
-        flags = "".join(f" {k}" for k in ("offload_activations", "fp8_activations") if getattr(self, k))
-        optimizer = f" offload_optimizer={float(self.offload_optimizer):g}" if self.offload_optimizer else ""
+        layers = (
+            f" recompute_layers={self.recompute_layers}"
+            if self.recompute_layers is not None
+            else ""
+        )
+        flags = "".join(
+            f" {k}" for k in ("offload_activations", "fp8_activations") if getattr(self, k)
+        )
+        optimizer = (
+            f" offload_optimizer={float(self.offload_optimizer):g}"
+            if self.offload_optimizer
+            else ""
+        )
         return f"recompute={self.recompute}{modules}{layers}{flags}{optimizer}"
 
     @property
     def offloaded(self) -> str:
         """What goes to host memory, as text ("activations and optimizer", the optimizer's partition
         with its gradient copies; "" for nothing)."""
-        return " and ".join(what for what, on in (("activations", self.offload_activations),
-                                                  ("optimizer", self.offload_optimizer)) if on)
+        return " and ".join(
+            what
+            for what, on in (
+                ("activations", self.offload_activations),
+                ("optimizer", self.offload_optimizer),
+            )
+            if on
+        )
 
     @property
     def uneven(self) -> bool:
         """Whether the first and last stages hold other layer counts than the rest (given, or with
         the ends counted as layers)."""
-        return (self.first_stage_layers is not None or self.last_stage_layers is not None or self.ends_as_layers
-                or self.pipeline_layout is not None)
+        return (
+            self.first_stage_layers is not None
+            or self.last_stage_layers is not None
+            or self.ends_as_layers
+            or self.pipeline_layout is not None
+        )
 
     def replace(self, **changes) -> "Layout":
         return replace(self, **changes)
 
 
-#: how a step's DP traffic runs, the first that holds wins: (label, the least ZeRO stage, whether
-#: under a pipeline or not, None for either). Without a pipeline, sharded gradients are
-#: reduce-scattered after every microbatch and ZeRO-3 gathers twice per microbatch (per-tensor under
-#: full recomputation: three times); under one (and for ZeRO-1), once per step
-DP_REGIMES = (("per microbatch: RS + 2 AG", 3, False), ("RS every microbatch + AG", 2, False),
-              ("reduce-scatter + all-gather", 1, None), ("all-reduce", 0, None))
+# : how a step's DP traffic runs, the first that holds wins: (label, the least ZeRO stage, whether :
+# under a pipeline or not, None for either). Without a pipeline, sharded gradients are :
+# reduce-scattered after every microbatch and ZeRO-3 gathers twice per microbatch (per-tensor under
+# : full recomputation: three times); under one (and for ZeRO-1), once per step
+DP_REGIMES = (
+    ("per microbatch: RS + 2 AG", 3, False),
+    ("RS every microbatch + AG", 2, False),
+    ("reduce-scatter + all-gather", 1, None),
+    ("all-reduce", 0, None),
+)
 #: which catalogue formula counts ZeRO-3's unsharded copies (None: none), as :data:`DP_REGIMES`
-GATHERED_REGIMES = (("memory.zero3_held", 3, True), ("memory.zero3_gathered", 3, None), (None, 0, None))
+GATHERED_REGIMES = (
+    ("memory.zero3_held", 3, True),
+    ("memory.zero3_gathered", 3, None),
+    (None, 0, None),
+)
 
 
 def regime(regimes: tuple, layout: Layout):
@@ -247,16 +337,22 @@ def regime(regimes: tuple, layout: Layout):
     numeric ZeRO stage and pipeline degree is in."""
     if not (is_number(layout.zero) and is_number(layout.pp)):
         raise InputError("regime: needs a numeric ZeRO stage and pipeline degree")
-    return next(label for label, zero, piped in regimes
-                if layout.zero >= zero and (piped is None or piped == (layout.pp > 1)))
+    return next(
+        label
+        for label, zero, piped in regimes
+        if layout.zero >= zero and (piped is None or piped == (layout.pp > 1))
+    )
 
 
 def choice_indices(layout: Layout) -> dict:
     """The layout's discrete choices as numbers: the ZeRO stage, and the recomputation policy and
     schedule by their index in RECOMPUTE / SCHEDULES (a choice left open stays its symbol)."""
     index = lambda v, names: v if is_sympy(v) or type(v) is Term else names.index(v)  # noqa: E731
-    return {"zero": layout.zero, "recompute": index(layout.recompute, RECOMPUTE),
-            "schedule": index(layout.schedule, SCHEDULES)}
+    return {
+        "zero": layout.zero,
+        "recompute": index(layout.recompute, RECOMPUTE),
+        "schedule": index(layout.schedule, SCHEDULES),
+    }
 
 
 def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
@@ -264,23 +360,30 @@ def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
     if sms is None:
         raise InputError(f"comm_sms: {hardware} has no sourced SM count; pass Plan(..., sms=...)")
     if comm_sms >= sms:
-        raise LayoutError(f"comm_sms: {comm_sms} reserved SMs leave none of the {sms} of {hardware} for compute")
+        raise LayoutError(
+            f"comm_sms: {comm_sms} reserved SMs leave none of the {sms} of {hardware} for compute"
+        )
 
 
 def training_dtype(dtype, hardware: Hardware) -> str:
     """``dtype`` if it is one of TRAINING_DTYPES, ``hardware``'s tensor cores run its format and it
     has the peak the format's GEMMs run at (presets/precisions.toml)."""
     from ..presets import precision
+
     choice("dtype", dtype, TRAINING_DTYPES)
     recipe = precision(dtype) or {}
     generations = recipe.get("generations")
     if generations and hardware.generation not in generations:
-        raise InputError(f"dtype: {dtype} runs on the block-scaled tensor cores of {', '.join(generations)}, not on "
-                         f"{hardware.name} ({hardware.generation or 'no generation stated'})")
+        raise InputError(
+            f"dtype: {dtype} runs on the block-scaled tensor cores of {', '.join(generations)}, not"
+            f" on {hardware.name} ({hardware.generation or 'no generation stated'})"
+        )
     if recipe.get("peak", dtype) not in hardware.peaks:
         runs = [d for d in TRAINING_DTYPES if (precision(d) or {}).get("peak", d) in hardware.peaks]
-        raise InputError(f"dtype: {hardware.name} has no {recipe.get('peak', dtype)} peak; its training dtypes are "
-                         f"{', '.join(runs) or 'none'}")
+        raise InputError(
+            f"dtype: {hardware.name} has no {recipe.get('peak', dtype)} peak; its training dtypes"
+            f" are {', '.join(runs) or 'none'}"
+        )
     return dtype
 
 
@@ -309,14 +412,30 @@ def tiles(extent, domain) -> bool:
 def check_sequence(model, seq_len) -> None:
     """A LayoutError where ``model`` cannot read sequences of ``seq_len`` tokens: a learned position
     table has no row past its last (Megatron-LM asserts max_position_embeddings ≥ seq_length)."""
-    if (model.position == "learned" and is_number(seq_len) and is_number(model.max_seq_len)
-            and seq_len > model.max_seq_len):
-        raise LayoutError(f"seq_len: {seq_len} tokens exceed the {model.max_seq_len} rows of the model's learned "
-                          "position table (max_seq_len); give a model with max_seq_len ≥ seq_len")
+    if (
+        model.position == "learned"
+        and is_number(seq_len)
+        and is_number(model.max_seq_len)
+        and seq_len > model.max_seq_len
+    ):
+        raise LayoutError(
+            f"seq_len: {seq_len} tokens exceed the {model.max_seq_len} rows of the model's learned "
+            "position table (max_seq_len); give a model with max_seq_len ≥ seq_len"
+        )
 
 
-def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_size, scale_up_domain, sms=None,
-                 hardware: str = "the hardware", allow_cross_node_tp: bool = False) -> None:
+def check_layout(
+    model,
+    layout: Layout,
+    *,
+    seq_len,
+    global_batch,
+    microbatch_size,
+    scale_up_domain,
+    sms=None,
+    hardware: str = "the hardware",
+    allow_cross_node_tp: bool = False,
+) -> None:
     """The one check that ``layout`` can run ``model`` on ``global_batch`` sequences of ``seq_len``
     (Plan, search and the strategies all use it): a LayoutError naming the first constraint that
     fails. What is still a symbol is not checked."""
@@ -325,45 +444,69 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
     if num(lay.tp, m.heads) and m.heads % lay.tp:
         raise LayoutError(f"tp: {lay.tp} does not divide the {m.heads} attention heads")
     if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
-        raise LayoutError(f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
-                          "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
+        raise LayoutError(
+            f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
+            "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)"
+        )
     _check_split(lay, m)
     if hybrid_refusal(m, lay.tp, lay.cp):
         raise LayoutError(hybrid_refusal(m, lay.tp, lay.cp))
     if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
-        raise LayoutError(f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
-                          f"microbatch_size {microbatch_size}")
+        raise LayoutError(
+            f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
+            f"microbatch_size {microbatch_size}"
+        )
     mb = global_batch / (lay.dp * microbatch_size)
     if lay.schedule == "interleaved" and num(mb, lay.pp) and mb % lay.pp:
-        raise LayoutError(f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp {lay.pp}")
+        raise LayoutError(
+            f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp"
+            f" {lay.pp}"
+        )
     if lay.schedule == "dualpipe" and num(mb) and mb % 2:
         raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
     if num(lay.cp, seq_len) and seq_len % lay.cp:
         raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
     if num(lay.cp, seq_len) and seq_len % sequence_unit(lay.cp, 1, False):
-        raise LayoutError(f"cp: the {seq_len // lay.cp} tokens of each CP rank do not split into the two chunks "
-                          f"load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp = {2 * lay.cp})")
+        raise LayoutError(
+            f"cp: the {seq_len // lay.cp} tokens of each CP rank do not split into the two chunks"
+            " load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp ="
+            f" {2 * lay.cp})"
+        )
     check_sequence(m, seq_len)
-    if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and seq_len % sequence_unit(lay.cp, lay.tp, True):
+    if (
+        lay.sequence_parallel
+        and num(seq_len, lay.cp, lay.tp)
+        and seq_len % sequence_unit(lay.cp, lay.tp, True)
+    ):
         # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's
         # chunks checked above)
-        raise LayoutError(f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
-                          "sequence on each CP rank, which sequence parallelism splits over the TP ranks")
+        raise LayoutError(
+            f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
+            "sequence on each CP rank, which sequence parallelism splits over the TP ranks"
+        )
     _check_experts(lay, m)
     g = scale_up_domain
     if not allow_cross_node_tp and num(lay.tp, g) and lay.tp > g:
-        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass allow_cross_node_tp=True; CLI: --allow-cross-node-tp)")
+        raise LayoutError(
+            f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass"
+            " allow_cross_node_tp=True; CLI: --allow-cross-node-tp)"
+        )
     etp = lay.tp if lay.etp is None else lay.etp
-    for axes, extent in (("tp", lay.tp), ("tp·cp", lay.tp * lay.cp), ("etp", etp)):  # the strides of cp, dp and ep
+    # the strides of cp, dp and ep
+    for axes, extent in (("tp", lay.tp), ("tp·cp", lay.tp * lay.cp), ("etp", etp)):
         if not tiles(extent, g):
-            raise LayoutError(f"{axes}: {extent} consecutive ranks neither divide nor fill whole scale-up domains of "
-                              f"{g} GPUs, so some groups would straddle two domains unevenly")
+            raise LayoutError(
+                f"{axes}: {extent} consecutive ranks neither divide nor fill whole scale-up domains"
+                f" of {g} GPUs, so some groups would straddle two domains unevenly"
+            )
     for k in ("sequence_parallel", "async_tp"):
         if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
             raise LayoutError(f"{k}: needs tp > 1")
     if lay.async_tp and not lay.sequence_parallel:  # Megatron-LM asserts it for --tp-comm-overlap
-        raise LayoutError("async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
-                          "GEMMs; pass sequence_parallel=True")
+        raise LayoutError(
+            "async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
+            "GEMMs; pass sequence_parallel=True"
+        )
     if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
         check_comm_sms(lay.comm_sms, sms, hardware)
 
@@ -373,34 +516,56 @@ def _check_split(lay: Layout, m) -> None:
     num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
     slots = m.layers + 2 if lay.ends_as_layers else m.layers
     if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > slots:
-        raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers"
-                          + (" and the two ends" if lay.ends_as_layers else ""))
+        raise LayoutError(
+            f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers"
+            + (" and the two ends" if lay.ends_as_layers else "")
+        )
     if lay.ends_as_layers and not num(lay.pp, lay.vpp, m.layers):
-        pass  # a symbolic split, (L + 2)/p a stage: checked where its numbers are given, as the batch's split is
+        # a symbolic split, (L + 2)/p a stage: checked where its numbers are given, as the batch's
+        # split is
+        pass
     elif lay.ends_as_layers:
         if lay.pp < 2:
-            raise LayoutError(f"ends_as_layers: splits a pipeline's layers; pp {lay.pp} has no stages to split over")
+            raise LayoutError(
+                f"ends_as_layers: splits a pipeline's layers; pp {lay.pp} has no stages to split"
+                " over"
+            )
         if slots % (lay.pp * lay.vpp):
-            raise LayoutError(f"ends_as_layers: the {m.layers} layers and the two ends ({slots} slots) do not split "
-                              f"evenly over {lay.pp} stages × {lay.vpp} chunks (Megatron-Core's TransformerConfig)")
+            raise LayoutError(
+                f"ends_as_layers: the {m.layers} layers and the two ends ({slots} slots) do not"
+                f" split evenly over {lay.pp} stages × {lay.vpp} chunks (Megatron-Core's"
+                " TransformerConfig)"
+            )
     elif lay.uneven:
         _check_pipeline_layout(lay, m)
         given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
         if not num(lay.pp, m.layers):
-            raise LayoutError("first_stage_layers/last_stage_layers: need a numeric pp and layer count")
+            raise LayoutError(
+                "first_stage_layers/last_stage_layers: need a numeric pp and layer count"
+            )
         if lay.pp < 2:
-            raise LayoutError(f"first_stage_layers/last_stage_layers: split a pipeline's layers; pp {lay.pp} has no "
-                              "stages to split over")
+            raise LayoutError(
+                f"first_stage_layers/last_stage_layers: split a pipeline's layers; pp {lay.pp} has"
+                " no stages to split over"
+            )
         rest, stages = m.layers - sum(given), lay.pp - len(given)
         if rest < 0 or (stages and (rest % stages or rest < stages)) or (not stages and rest):
-            raise LayoutError(f"first_stage_layers/last_stage_layers: {' and '.join(map(str, given))} layers leave "
-                              f"{rest} of the {m.layers} for the other {stages} of {lay.pp} stages, which must share "
-                              "them evenly, at least one each")
-        if lay.pipeline_layout is None and num(lay.vpp) and any(n % lay.vpp for n in (*given, rest // stages if stages
-                                                                                       else 0)):
-            raise LayoutError(f"first_stage_layers/last_stage_layers: under interleaving every stage's layers split "
-                              f"evenly over its {lay.vpp} model chunks (Megatron-Core's TransformerConfig): "
-                              f"{', '.join(map(str, given))} and {rest // stages if stages else 0} a middle stage")
+            raise LayoutError(
+                f"first_stage_layers/last_stage_layers: {' and '.join(map(str, given))} layers"
+                f" leave {rest} of the {m.layers} for the other {stages} of {lay.pp} stages, which"
+                " must share them evenly, at least one each"
+            )
+        if (
+            lay.pipeline_layout is None
+            and num(lay.vpp)
+            and any(n % lay.vpp for n in (*given, rest // stages if stages else 0))
+        ):
+            raise LayoutError(
+                "first_stage_layers/last_stage_layers: under interleaving every stage's layers"
+                f" split evenly over its {lay.vpp} model chunks (Megatron-Core's"
+                f" TransformerConfig): {', '.join(map(str, given))} and"
+                f" {rest // stages if stages else 0} a middle stage"
+            )
 
 
 def hybrid_refusal(m, tp, cp) -> str | None:
@@ -421,7 +586,9 @@ def hybrid_refusal(m, tp, cp) -> str | None:
 def _check_experts(lay: Layout, m) -> None:
     """EP and ETP only for an MoE model, EP dividing its routed experts."""
     if lay.etp is not None and not m.is_moe:
-        raise LayoutError(f"etp: expert tensor parallelism {lay.etp} needs an MoE model (experts > 0)")
+        raise LayoutError(
+            f"etp: expert tensor parallelism {lay.etp} needs an MoE model (experts > 0)"
+        )
     if lay.ep != 1:
         if not m.is_moe:
             raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
@@ -429,18 +596,27 @@ def _check_experts(lay: Layout, m) -> None:
             raise LayoutError(f"ep: {lay.ep} does not divide the {m.experts} routed experts")
 
 
-def selective_refusal(stack: str, selective: str | None, model, flash_attention: bool) -> str | None:
+def selective_refusal(
+    stack: str, selective: str | None, model, flash_attention: bool
+) -> str | None:
     """Why recompute="selective" is refused on ``stack`` (whose policy is ``selective``, its
     property) for ``model``, or None where it is modelled: one rule for Plan and search."""
     if selective is None:
-        return f"recompute: stack {stack}'s selective recomputation is not modelled; use recompute='none' or 'full'"
+        return (
+            f"recompute: stack {stack}'s selective recomputation is not modelled; use"
+            " recompute='none' or 'full'"
+        )
     if selective == "op" and not (flash_attention and model.mlp == "swiglu" and not model.is_moe):
-        return (f"recompute: stack {stack}'s op-level selective policy is modelled for dense Llama-style blocks "
-                "(SwiGLU, fused attention)")
+        return (
+            f"recompute: stack {stack}'s op-level selective policy is modelled for dense"
+            " Llama-style blocks (SwiGLU, fused attention)"
+        )
     return None
 
 
-def optimizer_refusal(stack: str, props: dict, optimizer: str, zero=None, offload=False) -> str | None:
+def optimizer_refusal(
+    stack: str, props: dict, optimizer: str, zero=None, offload=False
+) -> str | None:
     """Why ``stack`` (with properties ``props``) does not run ``optimizer`` at ZeRO stage ``zero``
     (with the optimizer offloaded where ``offload``), or None: one rule for Plan and search. Muon is
     modelled with Megatron-Core's layer-wise distributed optimizer, ZeRO-1 on the device; a symbol
@@ -449,8 +625,11 @@ def optimizer_refusal(stack: str, props: dict, optimizer: str, zero=None, offloa
     if optimizer not in runs:
         return f"optimizer: stack {stack} runs {', '.join(runs)}, not {optimizer}"
     if optimizer == "muon" and ((zero is not None and is_number(zero) and zero != 1) or offload):
-        return (f"optimizer: Muon is modelled with Megatron-Core's layer-wise distributed optimizer, ZeRO-1 on the "
-                f"device (zero=1, no offload), not zero={zero}{' with the optimizer offloaded' if offload else ''}")
+        return (
+            "optimizer: Muon is modelled with Megatron-Core's layer-wise distributed optimizer,"
+            " ZeRO-1 on the device (zero=1, no offload), not"
+            f" zero={zero}{' with the optimizer offloaded' if offload else ''}"
+        )
     return None
 
 
@@ -460,18 +639,25 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
     partition."""
     zero, share = layout.zero, layout.offload_optimizer
     if kind is None:
-        raise InputError(f"offload_optimizer: stack {stack} has no optimizer CPU offload modelled (Megatron-Core's "
-                         "HybridDeviceOptimizer: stack='megatron-core'; DeepSpeed's ZeRO-Offload: stack='deepspeed')")
+        raise InputError(
+            f"offload_optimizer: stack {stack} has no optimizer CPU offload modelled"
+            " (Megatron-Core's HybridDeviceOptimizer: stack='megatron-core'; DeepSpeed's"
+            " ZeRO-Offload: stack='deepspeed')"
+        )
     if not is_number(zero):
         return
     if kind == "hybrid" and zero > 2:
-        raise InputError("offload_optimizer: the hybrid optimizer offload is modelled with ZeRO 0-2 (Megatron's "
-                         f"optimizer, distributed or not), not with zero={zero}")
+        raise InputError(
+            "offload_optimizer: the hybrid optimizer offload is modelled with ZeRO 0-2 (Megatron's "
+            f"optimizer, distributed or not), not with zero={zero}"
+        )
     if kind == "zero-offload" and zero == 0:
         raise InputError("offload_optimizer: DeepSpeed's ZeRO-Offload needs ZeRO 1-3, not zero=0")
     if kind == "zero-offload" and is_number(share) and share != 1:
-        raise InputError(f"offload_optimizer: DeepSpeed's ZeRO-Offload offloads the whole partition (1), not "
-                         f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")
+        raise InputError(
+            "offload_optimizer: DeepSpeed's ZeRO-Offload offloads the whole partition (1), not "
+            f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)"
+        )
 
 
 def _check_pipeline_layout(lay: Layout, m) -> None:
@@ -479,10 +665,13 @@ def _check_pipeline_layout(lay: Layout, m) -> None:
     if lay.pipeline_layout is None:
         return
     from .pipeline_layout import layer_counts
+
     layers, mtp = layer_counts(lay.pipeline_layout)
     if (layers, mtp) != (m.layers, m.mtp_modules):
-        raise LayoutError(f"pipeline_layout: places {layers} layers and {mtp} MTP blocks; {m.name} has {m.layers} and "
-                          f"{m.mtp_modules}")
+        raise LayoutError(
+            f"pipeline_layout: places {layers} layers and {mtp} MTP blocks; {m.name} has {m.layers}"
+            f" and {m.mtp_modules}"
+        )
 
 
 def fp8_recipe_of(stack: str, props: dict, dtype: str, given: str | None) -> str | None:
@@ -497,7 +686,9 @@ def fp8_recipe_of(stack: str, props: dict, dtype: str, given: str | None) -> str
         return None
     recipe = runs[0] if given is None else choice("fp8_recipe", given, FP8_RECIPES)
     if recipe not in runs:
-        raise InputError(f"fp8_recipe: stack {stack} runs FP8 with {', '.join(runs)} scaling, not {recipe}")
+        raise InputError(
+            f"fp8_recipe: stack {stack} runs FP8 with {', '.join(runs)} scaling, not {recipe}"
+        )
     return recipe
 
 
@@ -508,34 +699,55 @@ def dispatcher_of(stack: str, props: dict, model, given: str | None) -> str | No
     search."""
     if not model.is_moe:
         if given is not None:
-            raise InputError(f"dispatcher: routes an MoE model's tokens; {model.name or 'the model'} is dense")
+            raise InputError(
+                f"dispatcher: routes an MoE model's tokens; {model.name or 'the model'} is dense"
+            )
         return None
     runs = props.get("dispatchers", DISPATCHERS[:1])
     dispatcher = runs[0] if given is None else choice("dispatcher", given, DISPATCHERS)
     if dispatcher not in runs:
-        raise InputError(f"dispatcher: stack {stack} dispatches with {', '.join(runs)}, not {dispatcher}")
+        raise InputError(
+            f"dispatcher: stack {stack} dispatches with {', '.join(runs)}, not {dispatcher}"
+        )
     return dispatcher
 
 
-def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,
-                  zero=None, vpp=None, layers=None, uneven: bool = False, hardware=None) -> str | None:
+def stack_refusal(
+    stack: str,
+    props: dict,
+    *,
+    dtype: str | None = None,
+    schedule=None,
+    cp=None,
+    pp=None,
+    zero=None,
+    vpp=None,
+    layers=None,
+    uneven: bool = False,
+    hardware=None,
+) -> str | None:
     """Why ``stack`` (its stacks.toml properties ``props``) does not run on ``hardware``'s platform,
     in ``dtype``, ``schedule``, with context parallelism ``cp``, with ZeRO ``zero`` (under a
     pipeline of ``pp`` stages), or ``layers`` split evenly (not ``uneven``) over ``pp`` stages of
     ``vpp`` model chunks, or None: one rule for Plan and search; what is not given, or not a number,
     is not checked."""
+
     def known(v):  # a number to check against, not absent and not a symbol
         return v is not None and is_number(v)
 
     platform = getattr(hardware, "platform", "")
     if platform and "platforms" in props and platform not in props["platforms"]:
-        return (f"stack: {stack} runs on {', '.join(props['platforms'])}, not on {platform} "
-                f"({hardware.key or hardware.name}); name a stack that does (analytic.stacks())")
+        return (
+            f"stack: {stack} runs on {', '.join(props['platforms'])}, not on {platform} "
+            f"({hardware.key or hardware.name}); name a stack that does (analytic.stacks())"
+        )
     if dtype is not None and "dtypes" in props and dtype not in props["dtypes"]:
         return f"dtype: stack {stack} trains in {', '.join(props['dtypes'])}, not {dtype}"
     if dtype in BLOCK_SCALED and "dtypes" not in props:
-        return (f"dtype: stack {stack} is not known to train in {dtype} (presets/stacks.toml lists the dtypes of "
-                "the stacks that run block-scaled formats)")
+        return (
+            f"dtype: stack {stack} is not known to train in {dtype} (presets/stacks.toml lists the"
+            " dtypes of the stacks that run block-scaled formats)"
+        )
     if isinstance(schedule, str) and "schedules" in props and schedule not in props["schedules"]:
         return f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {schedule}"
     if props.get("context_parallel") is False and known(cp) and cp > 1:
@@ -544,10 +756,23 @@ def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule
         return f"zero: stack {stack} runs ZeRO {props['max_zero']} at most, not zero={zero}"
     most = props.get("pipeline_zero")
     if most is not None and known(pp) and pp > 1 and known(zero) and zero > most:
-        return f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not zero={zero}"
+        return (
+            f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not"
+            f" zero={zero}"
+        )
     # (more chunks than layers is the layout's own refusal)
-    if (props.get("even_chunks") and schedule == "interleaved" and not uneven and known(pp) and known(vpp)
-            and known(layers) and pp * vpp <= layers and layers % (pp * vpp)):
-        return (f"vpp: stack {stack} gives every model chunk the same layers: {layers} layers do not split over "
-                f"{pp} stages × {vpp} chunks")
+    if (
+        props.get("even_chunks")
+        and schedule == "interleaved"
+        and not uneven
+        and known(pp)
+        and known(vpp)
+        and known(layers)
+        and pp * vpp <= layers
+        and layers % (pp * vpp)
+    ):
+        return (
+            f"vpp: stack {stack} gives every model chunk the same layers: {layers} layers do not"
+            f" split over {pp} stages × {vpp} chunks"
+        )
     return None

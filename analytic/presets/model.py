@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from ..core.formula import Formula
 
 _MLPS = ("gelu", "swiglu", "geglu", "relu2")
-_KINDS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}  # Megatron-Core's hybrid pattern
+# Megatron-Core's hybrid pattern
+_KINDS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
 _POSITIONS = ("learned", "rope", "alibi", "none")
 _NORMS = ("layernorm", "rmsnorm")
 _ATTENTIONS = ("mha", "mla")
@@ -87,60 +88,128 @@ class Model:
     moe_latent: object = 0
 
     def __post_init__(self):
-        set_ = lambda k, v: object.__setattr__(self, k, canonical(v))  # noqa: E731 (a user's Symbol("layers") as ours)
+        set_ = lambda k, v: object.__setattr__(
+            self, k, canonical(v)
+        )  # noqa: E731 (a user's Symbol("layers") as ours)
         for k in ("layers", "hidden", "heads", "vocab"):
             set_(k, count(k, getattr(self, k)))
         set_("mlp", choice("mlp", self.mlp, _MLPS))
         set_("position", choice("position", self.position, _POSITIONS))
         set_("attention", choice("attention", self.attention, _ATTENTIONS))
-        set_("ffn_hidden", count("ffn_hidden", 4 * self.hidden if self.ffn_hidden is None else self.ffn_hidden))
+        set_(
+            "ffn_hidden",
+            count("ffn_hidden", 4 * self.hidden if self.ffn_hidden is None else self.ffn_hidden),
+        )
         set_("kv_heads", count("kv_heads", self.heads if self.kv_heads is None else self.kv_heads))
         if self.head_dim is None:
-            if isinstance(self.hidden, int) and isinstance(self.heads, int) and self.hidden % self.heads:
-                raise InputError(f"head_dim: hidden {self.hidden} is not divisible by heads {self.heads}; give head_dim")
-            set_("head_dim", self.hidden // self.heads if isinstance(self.hidden, int) and isinstance(self.heads, int)
-                 else self.hidden / self.heads)
+            if (
+                isinstance(self.hidden, int)
+                and isinstance(self.heads, int)
+                and self.hidden % self.heads
+            ):
+                raise InputError(
+                    f"head_dim: hidden {self.hidden} is not divisible by heads {self.heads}; give"
+                    " head_dim"
+                )
+            set_(
+                "head_dim",
+                (
+                    self.hidden // self.heads
+                    if isinstance(self.hidden, int) and isinstance(self.heads, int)
+                    else self.hidden / self.heads
+                ),
+            )
         set_("head_dim", count("head_dim", self.head_dim))
-        if isinstance(self.heads, int) and isinstance(self.kv_heads, int) and self.heads % self.kv_heads:
-            raise InputError(f"kv_heads: heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
-        set_("norm", choice("norm", self.norm or ("layernorm" if self.mlp == "gelu" else "rmsnorm"), _NORMS))
+        if (
+            isinstance(self.heads, int)
+            and isinstance(self.kv_heads, int)
+            and self.heads % self.kv_heads
+        ):
+            raise InputError(
+                f"kv_heads: heads {self.heads} is not divisible by kv_heads {self.kv_heads}"
+            )
+        set_(
+            "norm",
+            choice("norm", self.norm or ("layernorm" if self.mlp == "gelu" else "rmsnorm"), _NORMS),
+        )
         set_("bias", (self.mlp == "gelu") if self.bias is None else flag("bias", self.bias))
         set_("tied_embeddings", flag("tied_embeddings", self.tied_embeddings))
         set_("qk_norm", flag("qk_norm", self.qk_norm))
         set_("qkv_bias", flag("qkv_bias", self.qkv_bias))
         if self.qkv_bias and self.bias:
-            raise InputError("qkv_bias: bias=True already counts the QKV biases (and the output projection's)")
+            raise InputError(
+                "qkv_bias: bias=True already counts the QKV biases (and the output projection's)"
+            )
         if self.position == "learned":
             if self.max_seq_len is None:
-                raise InputError("max_seq_len: required with position='learned' (it sizes the position table)")
+                raise InputError(
+                    "max_seq_len: required with position='learned' (it sizes the position table)"
+                )
             set_("max_seq_len", count("max_seq_len", self.max_seq_len))
-        for k in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank", "kv_lora_rank", "rope_dim",
-                  "nodes_per_token", "mtp_modules"):
+        for k in (
+            "experts",
+            "topk",
+            "shared_experts",
+            "dense_layers",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "rope_dim",
+            "nodes_per_token",
+            "mtp_modules",
+        ):
             set_(k, count(k, getattr(self, k), minimum=0))
         if self.experts:
             if not self.topk:
                 raise InputError("topk: an MoE model (experts > 0) needs topk ≥ 1")
-            if isinstance(self.topk, int) and isinstance(self.experts, int) and self.topk > self.experts:
+            if (
+                isinstance(self.topk, int)
+                and isinstance(self.experts, int)
+                and self.topk > self.experts
+            ):
                 raise InputError(f"topk: {self.topk} exceeds experts {self.experts}")
-            set_("expert_ffn_hidden", count("expert_ffn_hidden", self.ffn_hidden if self.expert_ffn_hidden is None
-                                                       else self.expert_ffn_hidden))
-            if isinstance(self.dense_layers, int) and isinstance(self.layers, int) and self.dense_layers > self.layers:
+            set_(
+                "expert_ffn_hidden",
+                count(
+                    "expert_ffn_hidden",
+                    self.ffn_hidden if self.expert_ffn_hidden is None else self.expert_ffn_hidden,
+                ),
+            )
+            if (
+                isinstance(self.dense_layers, int)
+                and isinstance(self.layers, int)
+                and self.dense_layers > self.layers
+            ):
                 raise InputError(f"dense_layers: {self.dense_layers} exceeds layers {self.layers}")
         elif self.topk or self.shared_experts:
-            raise InputError("experts: topk or shared_experts given for a dense model (experts = 0)")
-        if self.attention == "mla" and not (self.q_lora_rank and self.kv_lora_rank and self.rope_dim):
+            raise InputError(
+                "experts: topk or shared_experts given for a dense model (experts = 0)"
+            )
+        if self.attention == "mla" and not (
+            self.q_lora_rank and self.kv_lora_rank and self.rope_dim
+        ):
             raise InputError("attention='mla' needs q_lora_rank, kv_lora_rank and rope_dim")
         rotated = "rope_dim" if self.attention == "mla" else "head_dim"
-        if self.position == "rope" and isinstance(getattr(self, rotated), int) and getattr(self, rotated) % 2:
+        if (
+            self.position == "rope"
+            and isinstance(getattr(self, rotated), int)
+            and getattr(self, rotated) % 2
+        ):
             # RoPE rotates pairs of dimensions (Su et al. 2021, RoFormer, arXiv 2104.09864 §3.2: d
             # even)
-            raise InputError(f"{rotated}: rotary embeddings rotate pairs of dimensions; {getattr(self, rotated)} is odd")
+            raise InputError(
+                f"{rotated}: rotary embeddings rotate pairs of dimensions; {getattr(self, rotated)}"
+                " is odd"
+            )
         set_("sliding_window", count("sliding_window", self.sliding_window, minimum=0))
         if self.sliding_layers is not None:
             set_("sliding_layers", count("sliding_layers", self.sliding_layers, minimum=0))
             if not self.sliding_window:
                 raise InputError("sliding_layers: given without a sliding_window")
-        if isinstance(self.sliding_layers, int) and isinstance(self.layers, int) and self.sliding_layers > self.layers:
+        if (
+            isinstance(self.sliding_layers, int)
+            and isinstance(self.layers, int)
+            and self.sliding_layers > self.layers
+        ):
             raise InputError(f"sliding_layers: {self.sliding_layers} exceeds layers {self.layers}")
         self._check_hybrid(set_)
         set_("attention_sinks", flag("attention_sinks", self.attention_sinks))
@@ -152,30 +221,56 @@ class Model:
         """Validate the hybrid pattern, the Mamba-2 sizes and LatentMoE's width."""
         set_("moe_latent", count("moe_latent", self.moe_latent, minimum=0))
         if self.moe_latent and (not self.experts or self.mlp_formulas == "swiglu"):
-            raise InputError("moe_latent: LatentMoE is counted for an MoE model with ungated experts (mlp='relu2')")
+            raise InputError(
+                "moe_latent: LatentMoE is counted for an MoE model with ungated experts"
+                " (mlp='relu2')"
+            )
         ssm = ("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv")
         if self.layer_pattern is None:
             if any(getattr(self, k) for k in ssm[:4]):
-                raise InputError("ssm_heads: Mamba-2 sizes are given for a model without a layer_pattern")
+                raise InputError(
+                    "ssm_heads: Mamba-2 sizes are given for a model without a layer_pattern"
+                )
             return
         p = self.layer_pattern
         if not isinstance(p, str) or not p or set(p) - set(_KINDS):
-            raise InputError(f"layer_pattern: expected a string of {', '.join(_KINDS)} (one layer each: "
-                             f"{', '.join(f'{c} {k}' for c, k in _KINDS.items())}), got {p!r:.80}")
-        if "*" not in p:  # PaLM's FLOP count, which the plans use, has an attention term over L ≥ 1 layers
-            raise InputError("layer_pattern: a hybrid model without an attention layer (*) is not modelled")
+            raise InputError(
+                f"layer_pattern: expected a string of {', '.join(_KINDS)} (one layer each: "
+                f"{', '.join(f'{c} {k}' for c, k in _KINDS.items())}), got {p!r:.80}"
+            )
+        # PaLM's FLOP count, which the plans use, has an attention term over L ≥ 1 layers
+        if "*" not in p:
+            raise InputError(
+                "layer_pattern: a hybrid model without an attention layer (*) is not modelled"
+            )
         if isinstance(self.layers, int) and len(p) != self.layers:
             raise InputError(f"layer_pattern: {len(p)} layers, but layers is {self.layers}")
         for k in ssm:
             set_(k, count(k, getattr(self, k), minimum=1 if "M" in p else 0))
-        if isinstance(self.ssm_heads, int) and isinstance(self.ssm_groups, int) and self.ssm_groups \
-                and self.ssm_heads % self.ssm_groups:
-            raise InputError(f"ssm_groups: {self.ssm_heads} heads do not split into {self.ssm_groups} groups")
+        if (
+            isinstance(self.ssm_heads, int)
+            and isinstance(self.ssm_groups, int)
+            and self.ssm_groups
+            and self.ssm_heads % self.ssm_groups
+        ):
+            raise InputError(
+                f"ssm_groups: {self.ssm_heads} heads do not split into {self.ssm_groups} groups"
+            )
         if ("E" in p) != bool(self.experts):
-            raise InputError("layer_pattern: an MoE layer (E) needs experts, and experts need an E layer")
-        for k, why in (("dense_layers", "the pattern places the MLP layers"), ("attention", "attention is MHA/GQA"),
-                       ("sliding_window", "no window")):
-            if k == "attention" and self.attention == "mla" or k != "attention" and getattr(self, k):
+            raise InputError(
+                "layer_pattern: an MoE layer (E) needs experts, and experts need an E layer"
+            )
+        for k, why in (
+            ("dense_layers", "the pattern places the MLP layers"),
+            ("attention", "attention is MHA/GQA"),
+            ("sliding_window", "no window"),
+        ):
+            if (
+                k == "attention"
+                and self.attention == "mla"
+                or k != "attention"
+                and getattr(self, k)
+            ):
                 raise InputError(f"{k}: not modelled with a layer_pattern ({why})")
 
     @property
@@ -186,11 +281,23 @@ class Model:
         return self.layer_pattern.count(c)
 
     @classmethod
-    def gpt(cls, layers, hidden, heads, vocab=51200, seq_len=2048, name=None, **overrides) -> "Model":
+    def gpt(
+        cls, layers, hidden, heads, vocab=51200, seq_len=2048, name=None, **overrides
+    ) -> "Model":
         """A GPT/Megatron-style model in one line: learned positions, GELU MLP of 4h, LayerNorm,
         biases, tied embeddings, vocabulary 51,200 (Narayanan et al. 2021 §5.1)."""
-        return cls(layers=layers, hidden=hidden, heads=heads, vocab=vocab, mlp="gelu", position="learned",
-                   max_seq_len=seq_len, tied_embeddings=True, name=name, **overrides)
+        return cls(
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            vocab=vocab,
+            mlp="gelu",
+            position="learned",
+            max_seq_len=seq_len,
+            tied_embeddings=True,
+            name=name,
+            **overrides,
+        )
 
     @classmethod
     def from_hf(cls, config, name: str | None = None) -> "Model":
@@ -199,6 +306,7 @@ class Model:
         3 (:mod:`analytic.presets.hf`). A field the mapping does not know is refused, never
         guessed."""
         from .hf import model_fields
+
         return cls(**model_fields(config, name))
 
     @property
@@ -291,12 +399,26 @@ class Model:
         per-tensor ZeRO-3 gathers one by one (embeddings and the final norm not counted)."""
         linear = 2 if self.bias else 1
         norm = 2 if self.norm == "layernorm" else 1
-        attention = (5 + 2 if self.attention == "mla" else 2 * linear + (1 if self.qkv_bias else 0)) + self.attention_sinks
+        attention = (
+            5 + 2 if self.attention == "mla" else 2 * linear + (1 if self.qkv_bias else 0)
+        ) + self.attention_sinks
         attention += 2 if self.qk_norm else 0
-        router = (2 if self.expert_bias else 1) + (2 if self.shared_experts else 0) + (2 if self.moe_latent else 0)
-        if self.is_hybrid:  # a norm each; Mamba-2: in and out projections, convolution and its bias, A, D, dt's bias, norm
-            return (self.sublayers * norm + self.attention_blocks * attention + self.mamba_blocks * 8
-                    + self.dense_blocks * 2 * linear + self.moe_blocks * router + self.routed_expert_tensors)
+        router = (
+            (2 if self.expert_bias else 1)
+            + (2 if self.shared_experts else 0)
+            + (2 if self.moe_latent else 0)
+        )
+        # a norm each; Mamba-2: in and out projections, convolution and its bias, A, D, dt's bias,
+        # norm
+        if self.is_hybrid:
+            return (
+                self.sublayers * norm
+                + self.attention_blocks * attention
+                + self.mamba_blocks * 8
+                + self.dense_blocks * 2 * linear
+                + self.moe_blocks * router
+                + self.routed_expert_tensors
+            )
         moe = self.moe_blocks * (2 * norm + attention + router) + self.routed_expert_tensors
         return (self.blocks - self.moe_blocks) * (2 * norm + attention + 2 * linear) + moe
 
@@ -309,22 +431,41 @@ class Model:
     def counts(self) -> dict:
         """keyword → value of every architecture symbol the model has: ints, or sympy
         expressions."""
-        out = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
-               "head_dim": self.head_dim, "ffn_hidden": self.ffn_hidden, "vocab": self.vocab}
+        out = {
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "ffn_hidden": self.ffn_hidden,
+            "vocab": self.vocab,
+        }
         if self.position == "learned":
             out["max_seq_len"] = self.max_seq_len
         if self.is_moe:
-            out.update(experts=self.experts, shared_experts=self.shared_experts, topk=self.topk,
-                       expert_ffn_hidden=self.expert_ffn_hidden, moe_layers=self.moe_layers)
+            out.update(
+                experts=self.experts,
+                shared_experts=self.shared_experts,
+                topk=self.topk,
+                expert_ffn_hidden=self.expert_ffn_hidden,
+                moe_layers=self.moe_layers,
+            )
         if self.attention == "mla":
-            out.update(q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim)
+            out.update(
+                q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim
+            )
         if self.sliding_window:
             out.update(sliding_window=self.sliding_window, sliding_layers=self.windowed_layers)
         if self.is_moe:
             out["expert_width"] = self.moe_latent or self.hidden
         if self.mamba_blocks:
-            out.update(ssm_heads=self.ssm_heads, ssm_head_dim=self.ssm_head_dim, ssm_state=self.ssm_state,
-                       ssm_groups=self.ssm_groups, ssm_conv=self.ssm_conv)
+            out.update(
+                ssm_heads=self.ssm_heads,
+                ssm_head_dim=self.ssm_head_dim,
+                ssm_state=self.ssm_state,
+                ssm_groups=self.ssm_groups,
+                ssm_conv=self.ssm_conv,
+            )
         return out
 
     def inputs(self) -> dict:
@@ -333,11 +474,14 @@ class Model:
 
     def _part(self, name: str) -> Formula:
         from ..formulas import formula
+
         return formula(name).bind(self.inputs())
 
     def _layer_parts(self, active: bool) -> tuple[Formula, Formula, Formula | None]:
         """(attention with two norms, dense MLP, MoE FFN or None) of one transformer layer."""
-        attn = self._part("model.params.attention_mla" if self.attention == "mla" else "model.params.attention")
+        attn = self._part(
+            "model.params.attention_mla" if self.attention == "mla" else "model.params.attention"
+        )
         mlp = self._part(f"model.params.mlp.{self.mlp_formulas}")
         if self.bias:
             attn = attn + self._part("model.params.attention_bias")
@@ -358,7 +502,9 @@ class Model:
         ungated = "" if self.mlp_formulas == "swiglu" else "_gelu"
         moe = self._part(("model.params.moe_active" if active else "model.params.moe") + ungated)
         if self.expert_bias:
-            moe = moe + self._part("model.params.moe_bias_active" if active else "model.params.moe_bias")
+            moe = moe + self._part(
+                "model.params.moe_bias_active" if active else "model.params.moe_bias"
+            )
         if self.moe_latent:
             moe = moe + self._part("model.params.moe_latent")
         return moe
@@ -378,42 +524,64 @@ class Model:
     def _params(self, active: bool) -> Formula:
         if self.is_hybrid:
             emb = self._part("model.params.embedding")
-            total = emb * (1 if self.tied_embeddings else 2) + self._part(f"model.params.norm.{self.norm}")
+            total = emb * (1 if self.tied_embeddings else 2) + self._part(
+                f"model.params.norm.{self.norm}"
+            )
             for f, n in self._hybrid_kinds(active).values():
                 total = total + f * n
-            return total.renamed(f"model.params.{'active' if active else 'total'}" + (f"[{self.name}]" if self.name
-                                                                                       else ""),
-                                 source="derived: sum of the model.params.* formulas over the layer pattern",
-                                 assumptions=(f"hybrid {self.layer_pattern}; {self.mlp} MLP, {self.norm}",))
+            return total.renamed(
+                f"model.params.{'active' if active else 'total'}"
+                + (f"[{self.name}]" if self.name else ""),
+                source="derived: sum of the model.params.* formulas over the layer pattern",
+                assumptions=(f"hybrid {self.layer_pattern}; {self.mlp} MLP, {self.norm}",),
+            )
         layer, mlp, moe = self._layer_parts(active)
         emb = self._part("model.params.embedding")
-        total = emb * (1 if self.tied_embeddings else 2) + self._part(f"model.params.norm.{self.norm}") + layer * self.layers
+        total = (
+            emb * (1 if self.tied_embeddings else 2)
+            + self._part(f"model.params.norm.{self.norm}")
+            + layer * self.layers
+        )
         if self.position == "learned":
             total = total + self._part("model.params.positions")
         total = total + mlp * (self.layers - self.moe_layers)
         if self.is_moe:
             total = total + moe * self.moe_layers
         kind = "active" if active else "total"
-        return total.renamed(f"model.params.{kind}" + (f"[{self.name}]" if self.name else ""),
-                             source="derived: sum of the model.params.* formulas over the architecture",
-                             assumptions=(f"{self.mlp} MLP, {self.norm}, {self.attention} attention, "
-                                          f"{'tied' if self.tied_embeddings else 'untied'} embeddings, "
-                                          f"{self.position} positions" + (", biases" if self.bias else ""),))
+        return total.renamed(
+            f"model.params.{kind}" + (f"[{self.name}]" if self.name else ""),
+            source="derived: sum of the model.params.* formulas over the architecture",
+            assumptions=(
+                f"{self.mlp} MLP, {self.norm}, {self.attention} attention, "
+                f"{'tied' if self.tied_embeddings else 'untied'} embeddings, "
+                f"{self.position} positions"
+                + (", biases" if self.bias else ""),
+            ),
+        )
 
     def mtp_params_formula(self, active: bool = False) -> Formula:
         """Parameters of the MTP modules (all, or those one token uses): per module the projection
         and norms of model.params.mtp_projection and a transformer block of the last layer's
         kind."""
-        layer, mlp, moe = self._layer_parts(active)  # a hybrid model's: an attention and an FFN layer, a norm each
+        # a hybrid model's: an attention and an FFN layer, a norm each
+        layer, mlp, moe = self._layer_parts(active)
         module = self._part("model.params.mtp_projection") + layer + (moe if self.is_moe else mlp)
         return (module * self.mtp_modules).renamed(
             "model.params.mtp" + (f"[{self.name}]" if self.name else ""),
-            source="derived: model.params.mtp_projection + one transformer block, per MTP module (DeepSeek-V3 §2.2)")
+            source=(
+                "derived: model.params.mtp_projection + one transformer block, per MTP module"
+                " (DeepSeek-V3 §2.2)"
+            ),
+        )
 
     def routed_experts_formula(self) -> Formula:
         """Parameters of one MoE layer's routed experts (sharded by EP), biases included."""
-        routed = self._part("model.params.routed_experts" + ("" if self.mlp_formulas == "swiglu" else "_gelu"))
-        return routed + self._part("model.params.routed_experts_bias") if self.expert_bias else routed
+        routed = self._part(
+            "model.params.routed_experts" + ("" if self.mlp_formulas == "swiglu" else "_gelu")
+        )
+        return (
+            routed + self._part("model.params.routed_experts_bias") if self.expert_bias else routed
+        )
 
     def stage_params_formulas(self, start, layers, first, last) -> tuple[Formula, Formula]:
         """(parameters outside the routed experts, routed-expert parameters) of a pipeline stage
@@ -424,14 +592,21 @@ class Model:
         embedding)."""
         from ..core.algebra import Max, Min, Piecewise
         from ..core.formula import Formula
+
         one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
         norm = self._part(f"model.params.norm.{self.norm}")
         if self.is_hybrid:  # the pattern's mix of kinds on every stage: its mean layer
             rest, experts = (per_layer * layers for per_layer in self._hybrid_mean_layer())
         else:
             layer, mlp, moe = self._layer_parts(active=False)
-            dense = Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True) if self.is_moe else layers
-            routed = self.routed_experts_formula() if self.is_moe else Formula("0", 0, "parameter", "")
+            dense = (
+                Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True)
+                if self.is_moe
+                else layers
+            )
+            routed = (
+                self.routed_experts_formula() if self.is_moe else Formula("0", 0, "parameter", "")
+            )
             rest, experts = layer * layers + mlp * dense, routed * (layers - dense)
             if self.is_moe:
                 rest = rest + (moe - routed) * (layers - dense)
@@ -446,6 +621,7 @@ class Model:
         """(parameters outside the routed experts, routed-expert parameters) of a hybrid model's
         mean layer."""
         from ..core.formula import Formula
+
         rest, experts = Formula("0", 0, "parameter", ""), Formula("0", 0, "parameter", "")
         for c, (f, n) in self._hybrid_kinds(active=False).items():
             if c == "E":
@@ -460,10 +636,15 @@ class Model:
         ``first``, the output layer where ``last`` (a tied embedding kept again on the last stage of
         a pipeline)."""
         from ..core.algebra import And, Not, Piecewise
+
         one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
         emb = self._part("model.params.embedding")
-        emb_first = emb + self._part("model.params.positions") if self.position == "learned" else emb
-        return emb_first * one(first) + emb * one(And(last, Not(first)) if self.tied_embeddings else last)
+        emb_first = (
+            emb + self._part("model.params.positions") if self.position == "learned" else emb
+        )
+        return emb_first * one(first) + emb * one(
+            And(last, Not(first)) if self.tied_embeddings else last
+        )
 
     def params_formula(self) -> Formula:
         """Total parameter count as a Formula (in the model's free symbols, if any)."""

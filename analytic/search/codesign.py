@@ -31,22 +31,38 @@ from ..presets.hardware import FIELD_ALIASES, field_quantity
 
 #: hardware fields a formula reads, with the unit their columns are written in ("": a count);
 #: ``price`` (per GPU-hour) is no hardware field: it prices the GPU-hours of each kept layout
-FIELDS = {"peak_flops": "TFLOP/s", "hbm": "GB", "hbm_bandwidth": "TB/s", "scale_up_bandwidth": "GB/s",
-          "scale_out_bandwidth": "GB/s", "scale_up_domain": "", "gpus_per_node": "", "sms": "", "price": "USD/hour"}
+FIELDS = {
+    "peak_flops": "TFLOP/s",
+    "hbm": "GB",
+    "hbm_bandwidth": "TB/s",
+    "scale_up_bandwidth": "GB/s",
+    "scale_out_bandwidth": "GB/s",
+    "scale_up_domain": "",
+    "gpus_per_node": "",
+    "sms": "",
+    "price": "USD/hour",
+}
 #: hardware points × models a sweep runs without ``force=True``
 MAX_POINTS = 1_000_000
 #: a grid written as text: start:stop:num, then a unit (ASCII digits only)
 _RANGE = re.compile(r"\s*([^:\s]+)\s*:\s*([^:\s]+)\s*:\s*(\d+)\s*([^:]*)", re.ASCII)
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 #: the unit each quantity field is checked in (its dimension; a value any unit of it)
-_DIMENSION = {"peak_flops": "FLOP/s", "hbm": "byte", "hbm_bandwidth": "byte/s", "scale_up_bandwidth": "byte/s",
-              "scale_out_bandwidth": "byte/s"}
+_DIMENSION = {
+    "peak_flops": "FLOP/s",
+    "hbm": "byte",
+    "hbm_bandwidth": "byte/s",
+    "scale_up_bandwidth": "byte/s",
+    "scale_out_bandwidth": "byte/s",
+}
 
 
 def _field(field) -> str:
     if not isinstance(field, str) or field not in FIELDS:
-        raise InputError(f"vary: {field!r} is not a hardware field a formula reads; expected one of "
-                         f"{', '.join(FIELDS)}")
+        raise InputError(
+            f"vary: {field!r} is not a hardware field a formula reads; expected one of "
+            f"{', '.join(FIELDS)}"
+        )
     return field
 
 
@@ -54,8 +70,10 @@ def _range(field: str, text: str) -> tuple[str, str, int, str]:
     """(start, stop, num, unit) of ``"start:stop:num unit"``, each part checked, nothing built."""
     m = _RANGE.fullmatch(text)
     if not m:
-        raise InputError(f"vary: {field}: expected a list or start:stop:num[unit] (num a whole number), got "
-                         f"{text!r}")
+        raise InputError(
+            f"vary: {field}: expected a list or start:stop:num[unit] (num a whole number), got "
+            f"{text!r}"
+        )
     if not (_NUMBER.fullmatch(m.group(1)) and _NUMBER.fullmatch(m.group(2))):
         raise InputError(f"vary: {field}: start and stop must be numbers, got {text!r}")
     start, stop, num, unit = m.group(1), m.group(2), int(m.group(3)), m.group(4).strip()
@@ -73,12 +91,19 @@ def _size(field: str, values) -> int:
         return _range(_field(field), values)[2]
     if is_quantity(values):
         if np.ndim(values.magnitude) == 0:
-            raise InputError(f"vary: {field}: expected a list of values or start:stop:num[unit], got the single "
-                             f"value {values!r}; write [{values!r}]")
+            raise InputError(
+                f"vary: {field}: expected a list of values or start:stop:num[unit], got the single "
+                f"value {values!r}; write [{values!r}]"
+            )
         return int(np.size(values.magnitude))
-    if isinstance(values, (bytes, dict, set, frozenset)) or not isinstance(values, (list, tuple, range)) \
-            and not hasattr(values, "__len__"):
-        raise InputError(f"vary: {field}: expected a list of values or start:stop:num[unit], got {values!r:.80}")
+    if (
+        isinstance(values, (bytes, dict, set, frozenset))
+        or not isinstance(values, (list, tuple, range))
+        and not hasattr(values, "__len__")
+    ):
+        raise InputError(
+            f"vary: {field}: expected a list of values or start:stop:num[unit], got {values!r:.80}"
+        )
     if len(values) == 0:
         raise InputError(f"vary: {field}: an empty grid")
     return len(values)
@@ -105,7 +130,9 @@ def grid(field: str, values) -> list:
             ends = [_value(field, int(float(x))) for x in (start, stop)]
             spaced = np.linspace(*ends, num)
             if not all(float(v).is_integer() for v in spaced):
-                raise InputError(f"vary: {field}: a count takes whole numbers without a unit, got {values!r}")
+                raise InputError(
+                    f"vary: {field}: a count takes whole numbers without a unit, got {values!r}"
+                )
             return [int(v) for v in spaced]
         for x in (start, stop):
             _value(field, f"{x} {unit}".strip())
@@ -135,18 +162,27 @@ def _grids(vary, models: int = 1, force: bool = False) -> dict:
     counted from the grids' descriptions, and more than MAX_POINTS (with ``models`` models) refused
     unless ``force``, before any grid is built."""
     if not isinstance(vary, dict) or not vary:
-        raise InputError("vary: give at least one hardware field and its values, e.g. {'hbm': ['80 GB', '141 GB']}")
+        raise InputError(
+            "vary: give at least one hardware field and its values, e.g. {'hbm': ['80 GB', '141"
+            " GB']}"
+        )
     n_points = math.prod(_size(_field(k), v) for k, v in vary.items())
     if n_points * models > MAX_POINTS and not force:
-        raise InputError(f"vary: {n_points:,} hardware points × {models} models is more than {MAX_POINTS:,}; "
-                         "pass force=True (--force) to run it")
+        raise InputError(
+            f"vary: {n_points:,} hardware points × {models} models is more than {MAX_POINTS:,}; "
+            "pass force=True (--force) to run it"
+        )
     try:
         return {k: grid(k, v) for k, v in vary.items()}
     except MemoryError:
-        raise InputError(f"vary: {n_points:,} hardware points do not fit in this machine's memory") from None
+        raise InputError(
+            f"vary: {n_points:,} hardware points do not fit in this machine's memory"
+        ) from None
 
 
-def points(hardware, vary: dict, dtype: str = "bf16", force: bool = False) -> list[tuple[dict, object]]:
+def points(
+    hardware, vary: dict, dtype: str = "bf16", force: bool = False
+) -> list[tuple[dict, object]]:
     """Every combination of the grids of ``vary``: (the point's values in the columns' units, its
     Hardware); more than MAX_POINTS only where ``force``."""
     grids = _grids(vary, force=force)
@@ -162,7 +198,11 @@ def points(hardware, vary: dict, dtype: str = "bf16", force: bool = False) -> li
             if k == "price":
                 row[k] = _price(price)
             elif FIELDS[k]:
-                got = hw.peak_flops(dtype) if k == "peak_flops" else getattr(hw, FIELD_ALIASES.get(k, k))
+                got = (
+                    hw.peak_flops(dtype)
+                    if k == "peak_flops"
+                    else getattr(hw, FIELD_ALIASES.get(k, k))
+                )
                 row[k] = float(got.to(FIELDS[k]).magnitude)
             else:
                 row[k] = int(getattr(hw, k))
@@ -170,15 +210,26 @@ def points(hardware, vary: dict, dtype: str = "bf16", force: bool = False) -> li
     return out
 
 
-def _chunk(model, hardware_points, gpus, seq_len, global_batch, objective, keep, search_kw) -> tuple[list, int]:
+def _chunk(
+    model, hardware_points, gpus, seq_len, global_batch, objective, keep, search_kw
+) -> tuple[list, int]:
     """One task: the kept layouts of ``model`` at each (index, values, Hardware) point; rows,
     layouts evaluated."""
     from .layouts import ranking, search
+
     at_limit = search_kw.get("at_limit", False)
     rows, evaluated = [], 0
     for index, values, hw in hardware_points:
-        res = search(model, hw, gpus=gpus, seq_len=seq_len, global_batch=global_batch, progress=False, top=1,
-                     **search_kw)
+        res = search(
+            model,
+            hw,
+            gpus=gpus,
+            seq_len=seq_len,
+            global_batch=global_batch,
+            progress=False,
+            top=1,
+            **search_kw,
+        )
         evaluated += res.evaluated
         order, ranked = ranking(res.arrays, objective, at_limit)
         kept = order[: min(keep, ranked)]
@@ -188,11 +239,28 @@ def _chunk(model, hardware_points, gpus, seq_len, global_batch, objective, keep,
         for rank, j in enumerate(kept, 1):
             r = res.row(int(j))
             lay = r.layout
-            rows.append({**base, "rank": rank, "gpus": lay.gpus, "tp": lay.tp, "cp": lay.cp, "pp": lay.pp,
-                         "dp": lay.dp, "ep": lay.ep, "vpp": lay.vpp, "zero": lay.zero, "recompute": lay.recompute,
-                         "schedule": lay.schedule, "microbatch_size": r.microbatch_size, "step_time": r.step_time,
-                         "mfu": r.mfu, "memory": r.memory / 1e9, "verdict": r.verdict,
-                         "cost": r.cost * 1e6 / 3600})
+            rows.append(
+                {
+                    **base,
+                    "rank": rank,
+                    "gpus": lay.gpus,
+                    "tp": lay.tp,
+                    "cp": lay.cp,
+                    "pp": lay.pp,
+                    "dp": lay.dp,
+                    "ep": lay.ep,
+                    "vpp": lay.vpp,
+                    "zero": lay.zero,
+                    "recompute": lay.recompute,
+                    "schedule": lay.schedule,
+                    "microbatch_size": r.microbatch_size,
+                    "step_time": r.step_time,
+                    "mfu": r.mfu,
+                    "memory": r.memory / 1e9,
+                    "verdict": r.verdict,
+                    "cost": r.cost * 1e6 / 3600,
+                }
+            )
     return rows, evaluated
 
 
@@ -200,12 +268,30 @@ def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
     """Build (or read from the cache) the programs of each model's search structures, before the
     tasks: here, and in each worker (``Client.run``) so that no task waits on them."""
     from .programs import COUNTED, structure_programs
-    if search_kw.get("pipeline_layout") or search_kw.get("layout_options"):  # each search builds its own program
+
+    # each search builds its own program
+    if search_kw.get("pipeline_layout") or search_kw.get("layout_options"):
         return
     for model in models:
-        structure_programs(model, hardware, seq_len, global_batch, **{k: v for k, v in search_kw.items() if k in (
-            "dtype", "flash_attention", "async_tp", "comm_sms", "zero3_gather", "stack")},
-            counted={k: search_kw[k] for k in COUNTED if k in search_kw})
+        structure_programs(
+            model,
+            hardware,
+            seq_len,
+            global_batch,
+            **{
+                k: v
+                for k, v in search_kw.items()
+                if k in (
+                    "dtype",
+                    "flash_attention",
+                    "async_tp",
+                    "comm_sms",
+                    "zero3_gather",
+                    "stack",
+                )
+            },
+            counted={k: search_kw[k] for k in COUNTED if k in search_kw},
+        )
 
 
 #: seconds of work a task is sized to (Dask's cost per task, milliseconds, under 1 % of it), where
@@ -238,6 +324,7 @@ def _on_cluster(models, indexed, job, client, workers: int) -> list:
     each (k·models ≥ workers: every worker busy), timed where they ran; the first of them to finish
     sizes the tasks of the other points, which are sent at once, while the rest of the first run."""
     from distributed import as_completed
+
     k = min(len(indexed), -(-workers // len(models)))
     sent = []
 
@@ -245,17 +332,25 @@ def _on_cluster(models, indexed, job, client, workers: int) -> list:
         sent.extend(client.compute(_delayed(tasks)))
 
     def sized():
-        send([(_timed, (m, indexed[j:j + 1], *job)) for m in models for j in range(k)])
+        send([(_timed, (m, indexed[j : j + 1], *job)) for m in models for j in range(k)])
         per_point = next(as_completed(sent)).result()[1]
         cut = _bounds(len(indexed) - k, None, workers, per_point)
-        send([(_chunk, (m, indexed[k + lo:k + hi], *job))
-              for m in models for lo, hi in zip(cut, cut[1:])])
+        send(
+            [
+                (_chunk, (m, indexed[k + lo : k + hi], *job))
+                for m in models
+                for lo, hi in zip(cut, cut[1:])
+            ]
+        )
         return len(cut) - 1
 
     n, got = _gathered(client, sent, sized)  # n tasks a model after its first points
-    first, later = [r for r, _ in got[:k * len(models)]], got[k * len(models):]
-    return [r for i in range(len(models))
-            for r in [*first[i * k:(i + 1) * k], *later[i * n:(i + 1) * n]]]
+    first, later = [r for r, _ in got[: k * len(models)]], got[k * len(models) :]
+    return [
+        r
+        for i in range(len(models))
+        for r in [*first[i * k : (i + 1) * k], *later[i * n : (i + 1) * n]]
+    ]
 
 
 def local_cluster(workers: int):
@@ -271,12 +366,23 @@ def local_cluster(workers: int):
     not."""
     import dask
     from distributed import LocalCluster
+
     saved = dict(os.environ)
     try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                              "distributed.worker.profile.enabled": False}):
-            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                                preload=[__name__, "analytic.search.layouts"])  # imported as each worker starts
+        with dask.config.set(
+            {
+                "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                "distributed.worker.profile.enabled": False,
+            }
+        ):
+            # imported as each worker starts
+            return LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                preload=[__name__, "analytic.search.layouts"],
+            )
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -301,15 +407,19 @@ def scheduler_of(scheduler):
     if scheduler is None or _is_client(scheduler):
         return scheduler
     if not isinstance(scheduler, str):
-        raise InputError("scheduler: expected None, 'synchronous', a distributed Client or a scheduler's "
-                         f"address, got {scheduler!r:.80}")
+        raise InputError(
+            "scheduler: expected None, 'synchronous', a distributed Client or a scheduler's "
+            f"address, got {scheduler!r:.80}"
+        )
     text = scheduler.strip()
     if text.lower() == "synchronous":
         return "synchronous"
     m = _ADDRESS.fullmatch(text)
     if not m or not 0 < int(m.group(3)) < 65536:
-        raise InputError(f"scheduler: expected 'synchronous' or a Dask scheduler's address (tcp://host:port or "
-                         f"tls://host:port), got {scheduler!r:.80}")
+        raise InputError(
+            "scheduler: expected 'synchronous' or a Dask scheduler's address (tcp://host:port or "
+            f"tls://host:port), got {scheduler!r:.80}"
+        )
     return text if m.group(1) else f"tcp://{text}"
 
 
@@ -321,9 +431,12 @@ def _answers(address: str) -> bool:
     of exabytes)."""
     import socket
     import struct
+
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=SCHEDULER_TIMEOUT) as s:
+        with socket.create_connection(
+            (host.strip("[]"), int(port)), timeout=SCHEDULER_TIMEOUT
+        ) as s:
             s.settimeout(SCHEDULER_TIMEOUT)
             head = s.recv(8, socket.MSG_WAITALL)
     except OSError:  # refused, unreachable, or silent past the timeout
@@ -348,18 +461,24 @@ def _client(scheduler):
         from distributed import Client
     except ImportError:
         from ..core.errors import install_hint
+
         raise InputError(f"codesign runs on Dask: {install_hint('dask')}") from None
     if scheduler is not None and scheduler.startswith("tcp://") and not _answers(scheduler):
-        raise InputError(f"scheduler: no Dask scheduler answered at {scheduler} within {SCHEDULER_TIMEOUT} s")
+        raise InputError(
+            f"scheduler: no Dask scheduler answered at {scheduler} within {SCHEDULER_TIMEOUT} s"
+        )
     cluster = local_cluster(os.cpu_count() or 1) if scheduler is None else None
     try:
         client = Client(cluster if cluster is not None else scheduler, timeout=SCHEDULER_TIMEOUT)
-    except (OSError, MemoryError, ValueError, TypeError) as exc:  # no answer, or a server that is no scheduler
+    # no answer, or a server that is no scheduler
+    except (OSError, MemoryError, ValueError, TypeError) as exc:
         if cluster is not None:
             cluster.close()
             raise
-        raise InputError(f"scheduler: no Dask scheduler answered at {scheduler} within {SCHEDULER_TIMEOUT} s "
-                         f"({type(exc).__name__})") from None
+        raise InputError(
+            f"scheduler: no Dask scheduler answered at {scheduler} within {SCHEDULER_TIMEOUT} s "
+            f"({type(exc).__name__})"
+        ) from None
     try:
         yield client
     finally:
@@ -370,6 +489,7 @@ def _client(scheduler):
 
 def _delayed(tasks: list) -> list:
     import dask
+
     return [dask.delayed(fn, pure=False)(*args) for fn, args in tasks]
 
 
@@ -377,9 +497,13 @@ def _run(tasks: list, client):
     """The results of ``tasks`` ((function, args) pairs) on ``client`` (None: in this process), in
     order."""
     from ..core.progress import steps
+
     delayed = _delayed(tasks)
     if client is None:  # one task after the other, as the synchronous scheduler runs them
-        return [d.compute(scheduler="synchronous") for d in steps(delayed, desc="co-design", unit="task")]
+        return [
+            d.compute(scheduler="synchronous")
+            for d in steps(delayed, desc="co-design", unit="task")
+        ]
     sent = []
     return _gathered(client, sent, lambda: sent.extend(client.compute(delayed)))[1]
 
@@ -390,10 +514,13 @@ def _gathered(client, futures: list, send) -> tuple:
     from distributed import as_completed
 
     from ..core.progress import is_shown, steps
+
     try:
         out = send()
         if is_shown():
-            for _ in steps(as_completed(futures), desc="co-design", total=len(futures), unit="task"):
+            for _ in steps(
+                as_completed(futures), desc="co-design", total=len(futures), unit="task"
+            ):
                 pass
         return out, client.gather(futures)
     except KeyboardInterrupt:
@@ -401,9 +528,23 @@ def _gathered(client, futures: list, send) -> tuple:
         raise
 
 
-def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch=None, vary: dict,
-             objective: str = "step_time", keep: int = 1, scheduler=None, chunk: int | None = None,
-             out=None, force: bool = False, **search_kw):
+def codesign(
+    models,
+    hardware,
+    gpus,
+    *,
+    seq_len,
+    batch_tokens=None,
+    global_batch=None,
+    vary: dict,
+    objective: str = "step_time",
+    keep: int = 1,
+    scheduler=None,
+    chunk: int | None = None,
+    out=None,
+    force: bool = False,
+    **search_kw,
+):
     """The best ``keep`` layouts of each model at every hardware point of ``vary``'s grids, as a
     pandas DataFrame: one row a (point, model, kept layout), each varied field's value, the layout,
     its step time, MFU, memory, verdict and GPU-hours per million tokens (and USD per million tokens
@@ -421,6 +562,7 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     a Parquet file, written only once the sweep is complete. Other keywords are search's."""
     from ..core.values import choice
     from .layouts import search_batch
+
     objective = choice("objective", objective, CODESIGN_OBJECTIVES)
     keep = count("keep", keep, allow_symbol=False)
     force = flag("force", force)
@@ -449,13 +591,28 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
             results = _on_cluster(models, indexed, job, client, workers)
         else:
             cut = _bounds(len(indexed), size, workers, 0.0)
-            results = _run([(_chunk, (m, indexed[lo:hi], *job))
-                            for m in models for lo, hi in zip(cut, cut[1:])], client)
+            results = _run(
+                [
+                    (_chunk, (m, indexed[lo:hi], *job))
+                    for m in models
+                    for lo, hi in zip(cut, cut[1:])
+                ],
+                client,
+            )
         seconds = time.perf_counter() - start
-    frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
-                   objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
-                   global_batch=int(global_batch), hardware=hardware.key or hardware.name,
-                   stack=search_kw.get("stack") or default_stack(hardware.platform))
+    frame = _frame(
+        results,
+        list(pts[0][0]),
+        layouts_evaluated=sum(n for _, n in results),
+        seconds=seconds,
+        objective=objective,
+        notes=list(notes),
+        gpus=gpus,
+        seq_len=int(seq_len),
+        global_batch=int(global_batch),
+        hardware=hardware.key or hardware.name,
+        stack=search_kw.get("stack") or default_stack(hardware.platform),
+    )
     if out is not None:
         write_parquet(frame, out)
     return frame
@@ -467,26 +624,56 @@ def _frame(results: list, varied: list[str], **attrs):
     import pandas as pd
 
     from .sweeps import frame_with_units
+
     rows = [r for part, _ in results for r in part]
-    units = {**{k: FIELDS[k] for k in varied}, "step_time": "s", "memory": "GB", "cost": "GPU-hour/Mtoken"}
+    units = {
+        **{k: FIELDS[k] for k in varied},
+        "step_time": "s",
+        "memory": "GB",
+        "cost": "GPU-hour/Mtoken",
+    }
     priced = ["usd"] if "price" in varied else []
     if priced:
         for r in rows:
             r["usd"] = None if r.get("cost") is None else r["cost"] * r["price"]
         units["usd"] = "USD/Mtoken"
-    columns = ["model", "point", *varied, "rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "recompute",
-               "schedule", "microbatch_size", "step_time", "mfu", "memory", "verdict", "cost", *priced]
+    columns = [
+        "model",
+        "point",
+        *varied,
+        "rank",
+        "gpus",
+        "tp",
+        "cp",
+        "pp",
+        "dp",
+        "ep",
+        "vpp",
+        "zero",
+        "recompute",
+        "schedule",
+        "microbatch_size",
+        "step_time",
+        "mfu",
+        "memory",
+        "verdict",
+        "cost",
+        *priced,
+    ]
     data = {c: [r.get(c) for r in rows] for c in columns}
     for c in ("rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "microbatch_size"):
         data[c] = pd.array(data[c], dtype="Int64")  # None where no layout fits
     for c in ("step_time", "mfu", "memory", "cost", *priced):
         data[c] = np.array([np.nan if v is None else v for v in data[c]], dtype=float)
-    return frame_with_units(data, units, **{**attrs, "layouts_evaluated": int(attrs["layouts_evaluated"])})
+    return frame_with_units(
+        data, units, **{**attrs, "layouts_evaluated": int(attrs["layouts_evaluated"])}
+    )
 
 
 def _parquet_path(out) -> None:
     """Refuse an ``out`` that is no path of a .parquet file in a folder this process can write."""
     from pathlib import Path
+
     if not isinstance(out, (str, os.PathLike)):
         raise InputError(f"out: expected the path of a .parquet file, got {out!r:.80}")
     path = Path(out)
@@ -502,6 +689,7 @@ def write_parquet(frame, out) -> None:
     it, then renamed over it)."""
     from ..core.errors import install_hint
     from ..core.files import write_text
+
     _parquet_path(out)
     try:
         import pyarrow  # noqa: F401
@@ -512,5 +700,14 @@ def write_parquet(frame, out) -> None:
     write_text(out, buffer.getvalue())
 
 
-__all__ = ["FIELDS", "MAX_POINTS", "SCHEDULER_TIMEOUT", "codesign", "grid", "local_cluster", "points",
-           "scheduler_of", "write_parquet"]
+__all__ = [
+    "FIELDS",
+    "MAX_POINTS",
+    "SCHEDULER_TIMEOUT",
+    "codesign",
+    "grid",
+    "local_cluster",
+    "points",
+    "scheduler_of",
+    "write_parquet",
+]

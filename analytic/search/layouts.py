@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES, OPTIMIZERS, ZERO_STAGES, default_stack
+from ..core.choices import (
+    DEFAULT_STACK,
+    MEMORY_VERDICTS,
+    OBJECTIVES,
+    OPTIMIZERS,
+    ZERO_STAGES,
+    default_stack,
+)
 from ..core.errors import InputError, PresetError, ReinterpretedWarning
 from ..core.progress import bar, shown
 from ..core.symbols import read_magnitude
@@ -77,9 +84,11 @@ class Ranked:
     step_time_interval: tuple[float, float] | None = None  # seconds: calibration.toml's [interval]
     cost: float | None = None  # GPU-seconds per token: step time × GPUs / tokens per step
     stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
-    verdict: str = MEMORY_VERDICTS[0]  # as Plan.memory_verdict: fits, at the allocator's limit, does not fit
+    # as Plan.memory_verdict: fits, at the allocator's limit, does not fit
+    verdict: str = MEMORY_VERDICTS[0]
     fp8_recipe: str | None = None  # the FP8 scaling the search counted it with (None: not FP8)
-    options: dict = field(default_factory=dict)  # the other Plan options it was counted with (PLAN_OPTIONS)
+    # the other Plan options it was counted with (PLAN_OPTIONS)
+    options: dict = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -89,9 +98,18 @@ class Ranked:
     def plan(self, model, hardware, **kw) -> Plan:
         """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on
         another)."""
-        given = {k: v for k, v in {**self.options, "fp8_recipe": self.fp8_recipe}.items() if v is not None}
-        return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size,
-                    **{"stack": self.stack, **given, **kw})
+        given = {
+            k: v
+            for k, v in {**self.options, "fp8_recipe": self.fp8_recipe}.items()
+            if v is not None
+        }
+        return Plan(
+            model,
+            hardware,
+            self.layout,
+            microbatch_size=self.microbatch_size,
+            **{"stack": self.stack, **given, **kw},
+        )
 
     @property
     def optimizer(self) -> str:
@@ -103,17 +121,35 @@ class Ranked:
 
     def as_dict(self) -> dict:
         lay = self.layout
-        return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
-                "zero": lay.zero, "sequence_parallel": lay.sequence_parallel, "async_tp": lay.async_tp,
-                "comm_sms": lay.comm_sms, "zero3_gather": lay.zero3_gather,
-                "recompute": lay.recompute,
-                "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
-                "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
-                "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
-                "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "verdict": self.verdict,
-                "stack": self.stack, "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer,
-                **{k: v for k, v in self.options.items() if k not in ("fp8_recipe", "optimizer")},
-                **{k: getattr(lay, k) for k in LAYOUT_OPTIONS}}
+        return {
+            "tp": lay.tp,
+            "pp": lay.pp,
+            "dp": lay.dp,
+            "cp": lay.cp,
+            "ep": lay.ep,
+            "vpp": lay.vpp,
+            "zero": lay.zero,
+            "sequence_parallel": lay.sequence_parallel,
+            "async_tp": lay.async_tp,
+            "comm_sms": lay.comm_sms,
+            "zero3_gather": lay.zero3_gather,
+            "recompute": lay.recompute,
+            "schedule": lay.schedule,
+            "microbatch_size": self.microbatch_size,
+            "gpus": lay.gpus,
+            "step_time_s": self.step_time,
+            "step_time_interval_s": self.step_time_interval,
+            "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
+            "memory_GB": self.memory / 1e9,
+            "mfu": self.mfu,
+            "fits": self.fits,
+            "verdict": self.verdict,
+            "stack": self.stack,
+            "fp8_recipe": self.fp8_recipe,
+            "optimizer": self.optimizer,
+            **{k: v for k, v in self.options.items() if k not in ("fp8_recipe", "optimizer")},
+            **{k: getattr(lay, k) for k in LAYOUT_OPTIONS},
+        }
 
 
 class _Ranking(Sequence):
@@ -136,24 +172,48 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     zero3_gather, the interval's ratios of measured/predicted step time or None, and the stack's
     name)."""
     d = {k: int(a[k][j]) for k in INPUTS}
-    layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
-                    sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
-                    comm_sms=stack["comm_sms"], zero3_gather=stack["zero3_gather"], recompute=RECOMPUTE[d["recompute"]],
-                    schedule=SCHEDULES[d["schedule"]], **{k: stack[k] for k in LAYOUT_OPTIONS if stack.get(k) is not None})
+    layout = Layout(
+        tp=d["tp"],
+        pp=d["pp"],
+        dp=d["dp"],
+        cp=d["cp"],
+        ep=d["ep"],
+        vpp=d["vpp"],
+        zero=d["zero"],
+        sequence_parallel=sequence_parallel_default(d["tp"]),
+        async_tp=stack["async_tp"] and d["tp"] > 1,
+        comm_sms=stack["comm_sms"],
+        zero3_gather=stack["zero3_gather"],
+        recompute=RECOMPUTE[d["recompute"]],
+        schedule=SCHEDULES[d["schedule"]],
+        **{k: stack[k] for k in LAYOUT_OPTIONS if stack.get(k) is not None},
+    )
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
-    return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
-                  None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"],
-                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"),
-                  {k: stack.get(k) for k in PLAN_OPTIONS if k != "fp8_recipe"})
+    return Ranked(
+        layout,
+        d["microbatch_size"],
+        t,
+        float(a["memory"][j]),
+        float(a["mfu"][j]),
+        bool(a["fits"][j]),
+        None if ratios is None else (t * ratios[0], t * ratios[1]),
+        float(a["cost"][j]),
+        stack["stack"],
+        MEMORY_VERDICTS[int(a["verdict"][j])],
+        stack.get("fp8_recipe"),
+        {k: stack.get(k) for k in PLAN_OPTIONS if k != "fp8_recipe"},
+    )
 
 
 @dataclass
 class SearchResult:
-    ranked: Sequence  # layouts that fit at their predicted peak (at_limit: or at the allocator's limit), best first
+    # layouts that fit at their predicted peak (at_limit: or at the allocator's limit), best first
+    ranked: Sequence
     evaluated: int  # valid layouts, every one evaluated
     fitting: int  # how many are ranked
     seconds: float
-    arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns: INPUTS
+    # every evaluated layout, as columns: INPUTS
+    arrays: dict = field(repr=False, default_factory=dict)
     # (recompute and schedule by index), gpus, memory (bytes), step_time (s), cost (GPU-s/token),
     # mfu, fits
     objective: str = "step_time"  # what ranked orders by (choices.OBJECTIVES)
@@ -161,12 +221,16 @@ class SearchResult:
     async_tp: bool = False
     comm_sms: int = 0
     zero3_gather: str = "per-block"
-    ratios: tuple | None = None  # measured/predicted step time, (low, high): calibration.toml's [interval]
-    notes: list = field(default_factory=list)  # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
-    outside: float = 0.0  # bytes a layout's memory leaves free: the least measured outside the allocator
+    # measured/predicted step time, (low, high): calibration.toml's [interval]
+    ratios: tuple | None = None
+    # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
+    notes: list = field(default_factory=list)
+    # bytes a layout's memory leaves free: the least measured outside the allocator
+    outside: float = 0.0
     stack: str = DEFAULT_STACK  # whose allocations and kernels the layouts are counted with
     fp8_recipe: str | None = None  # the FP8 scaling the layouts are counted with (None: not FP8)
-    counted: dict = field(default_factory=dict)  # the other Plan options and Layout fields every layout takes
+    # the other Plan options and Layout fields every layout takes
+    counted: dict = field(default_factory=dict)
 
     def __iter__(self):
         return iter(self.ranked)
@@ -179,14 +243,26 @@ class SearchResult:
 
     def row(self, j: int) -> Ranked:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
-        return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
-                                     "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack,
-                                     "fp8_recipe": self.fp8_recipe, **self.counted})
+        return _row(
+            self.arrays,
+            j,
+            {
+                "async_tp": self.async_tp,
+                "comm_sms": self.comm_sms,
+                "zero3_gather": self.zero3_gather,
+                "ratios": self.ratios,
+                "stack": self.stack,
+                "fp8_recipe": self.fp8_recipe,
+                **self.counted,
+            },
+        )
 
     @property
     def best(self) -> Ranked:
         if not self.ranked:
-            raise InputError("search: no layout fits in memory; SearchResult.closest() says what stood closest")
+            raise InputError(
+                "search: no layout fits in memory; SearchResult.closest() says what stood closest"
+            )
         return self.ranked[0]
 
     def frame(self):
@@ -194,16 +270,29 @@ class SearchResult:
         choices, step time, MFU, memory, GPU-hours per million tokens and verdict, each column's
         unit in its name and in ``attrs["units"]`` (as sweeps and co-design give theirs)."""
         from .sweeps import frame_with_units
+
         rows = list(self.ranked)
         lay = [r.layout for r in rows]
-        columns = {**{k: [getattr(x, k) for x in lay] for k in ("tp", "cp", "pp", "dp", "ep", "vpp", "zero",
-                                                               "recompute", "schedule")},
-                   "microbatch_size": [r.microbatch_size for r in rows], "gpus": [x.gpus for x in lay],
-                   "step_time": [r.step_time for r in rows], "mfu": [r.mfu for r in rows],
-                   "memory": [r.memory / 1e9 for r in rows], "cost": [r.cost * 1e6 / 3600 for r in rows],
-                   "verdict": [r.verdict for r in rows]}
-        return frame_with_units(columns, {"step_time": "s", "memory": "GB", "cost": "GPU-hour/Mtoken"},
-                                stack=self.stack, objective=self.objective, evaluated=self.evaluated)
+        columns = {
+            **{
+                k: [getattr(x, k) for x in lay]
+                for k in ("tp", "cp", "pp", "dp", "ep", "vpp", "zero", "recompute", "schedule")
+            },
+            "microbatch_size": [r.microbatch_size for r in rows],
+            "gpus": [x.gpus for x in lay],
+            "step_time": [r.step_time for r in rows],
+            "mfu": [r.mfu for r in rows],
+            "memory": [r.memory / 1e9 for r in rows],
+            "cost": [r.cost * 1e6 / 3600 for r in rows],
+            "verdict": [r.verdict for r in rows],
+        }
+        return frame_with_units(
+            columns,
+            {"step_time": "s", "memory": "GB", "cost": "GPU-hour/Mtoken"},
+            stack=self.stack,
+            objective=self.objective,
+            evaluated=self.evaluated,
+        )
 
     def closest(self) -> Ranked | None:
         """The evaluated layout that comes nearest to fitting: of those with the best verdict, the
@@ -213,10 +302,23 @@ class SearchResult:
         return self.row(int(np.lexsort((self.arrays["memory"], self.arrays["verdict"]))[0]))
 
 
-def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
-                      microbatch_sizes=(1, 2, 4, 8), zero=ZERO_STAGES, recompute=RECOMPUTE, schedules=SCHEDULES,
-                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None, pins: dict | None = None,
-                      etp: int | None = None) -> dict:
+def enumerate_layouts(
+    model: Model,
+    hardware: Hardware,
+    *,
+    gpus: int,
+    seq_len: int,
+    global_batch: int,
+    microbatch_sizes=(1, 2, 4, 8),
+    zero=ZERO_STAGES,
+    recompute=RECOMPUTE,
+    schedules=SCHEDULES,
+    vpps=(2, 4),
+    max_tp: int | None = None,
+    max_cp: int | None = None,
+    pins: dict | None = None,
+    etp: int | None = None,
+) -> dict:
     """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
     schedule as their index in RECOMPUTE and SCHEDULES).
 
@@ -231,24 +333,43 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
-    free = lambda axis, value: pins.get(axis, value) == value  # noqa: E731 (unpinned, or pinned to value)
+    free = (
+        lambda axis, value: pins.get(axis, value) == value
+    )  # noqa: E731 (unpinned, or pinned to value)
     rows = []
     for tp in divisors(gpus):
-        if (tp > max_tp or model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or not tiles(tp, g)
-                or not free("tp", tp)):
+        if (
+            tp > max_tp
+            or model.heads % tp
+            or (model.kv_heads % tp and tp % model.kv_heads)
+            or not tiles(tp, g)
+            or not free("tp", tp)
+        ):
             continue
         for cp in divisors(gpus // tp):
-            if (seq_len % sequence_unit(cp, tp, sequence_parallel_default(tp)) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
-                    or not free("cp", cp) or hybrid_refusal(model, tp, cp)):
+            if (
+                seq_len % sequence_unit(cp, tp, sequence_parallel_default(tp))
+                or (max_cp and cp > max_cp)
+                or not tiles(tp * cp, g)
+                or not free("cp", cp)
+                or hybrid_refusal(model, tp, cp)
+            ):
                 continue
             for pp in divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
                 if pp > model.layers or not free("pp", pp) or not free("dp", dp):
                     continue
                 # the expert layers fold ETP × EP over TP × CP × DP (their ETP tp, or the one given)
-                fold = cp * dp if etp is None else (tp * cp * dp // etp if (tp * cp * dp) % etp == 0 else 0)
-                eps = ([e for e in divisors(fold) if model.experts % e == 0 and free("ep", e)] if model.is_moe and fold
-                       else [] if model.is_moe else [1])
+                fold = (
+                    cp * dp
+                    if etp is None
+                    else (tp * cp * dp // etp if (tp * cp * dp) % etp == 0 else 0)
+                )
+                eps = (
+                    [e for e in divisors(fold) if model.experts % e == 0 and free("ep", e)]
+                    if model.is_moe and fold
+                    else [] if model.is_moe else [1]
+                )
                 for ep in eps:
                     for mbs in microbatch_sizes:
                         if global_batch % (dp * mbs):
@@ -258,7 +379,11 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
                             if pp == 1 and sched != "1f1b":
                                 continue
                             if sched == "interleaved":
-                                vs = [v for v in vpps if pp > 1 and m % pp == 0 and pp * v <= model.layers]
+                                vs = [
+                                    v
+                                    for v in vpps
+                                    if pp > 1 and m % pp == 0 and pp * v <= model.layers
+                                ]
                             elif sched == "dualpipe":
                                 vs = [1] if pp % 2 == 0 and m % 2 == 0 else []
                             else:
@@ -268,7 +393,9 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     degrees = np.array(rows, dtype=float).reshape(-1, 8)
     choices = np.array([(z, RECOMPUTE.index(rc)) for rc in recompute for z in zero], dtype=float)
     # every degree row with every (zero, recompute) choice
-    table = np.hstack([np.repeat(degrees, len(choices), axis=0), np.tile(choices, (len(degrees), 1))])
+    table = np.hstack(
+        [np.repeat(degrees, len(choices), axis=0), np.tile(choices, (len(degrees), 1))]
+    )
     columns = (*DEGREES, "schedule", "zero", "recompute")
     return {k: np.ascontiguousarray(table[:, columns.index(k)]) for k in INPUTS}
 
@@ -285,8 +412,12 @@ def ranking(arrays: dict, objective: str, at_limit: bool = False) -> tuple[np.nd
     then as evaluated; and how many are ranked: those that fit at their predicted peak
     (``at_limit``: or at the allocator's limit)."""
     ranked = arrays["verdict"] <= (1 if at_limit else 0)
-    key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"],
-           "headroom": arrays["memory"]}[objective]
+    key = {
+        "step_time": arrays["step_time"],
+        "cost": arrays["cost"],
+        "mfu": -arrays["mfu"],
+        "headroom": arrays["memory"],
+    }[objective]
     return np.lexsort((arrays["step_time"], np.where(ranked, key, np.inf))), int(ranked.sum())
 
 
@@ -294,7 +425,9 @@ def search_batch(seq_len: int, batch_tokens=None, global_batch=None) -> tuple[in
     """The global batch in sequences from exactly one of ``global_batch`` or ``batch_tokens``, and
     the notes on how a batch in tokens was read (``'16M'`` at 8,192 tokens: as 16Mi)."""
     if (global_batch is None) == (batch_tokens is None):
-        raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
+        raise InputError(
+            "global_batch: give exactly one of global_batch (sequences) or batch_tokens"
+        )
     notes = []
     if batch_tokens is not None:
         tokens, note = read_batch_tokens(batch_tokens, seq_len)
@@ -303,18 +436,50 @@ def search_batch(seq_len: int, batch_tokens=None, global_batch=None) -> tuple[in
     return count("global_batch", global_batch, allow_symbol=False), notes
 
 
-def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None, batch_tokens=None,
-           dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=ZERO_STAGES, recompute=RECOMPUTE,
-           schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
-           flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
-           top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
-           dp: int | None = None, cp: int | None = None, ep: int | None = None,
-           objective: str = "step_time", outside_bytes=None, stack: str | None = None,
-           at_limit: bool = False, fp8_recipe: str | None = None, optimizer: str = "adam", etp: int | None = None,
-           pipeline_layout: str | None = None, dispatcher: str | None = None, bf16_layers=None,
-           grad_dtype: str | None = None, moment_dtype: str | None = None, expert_capacity=None,
-           pad_to_capacity: bool = True, routing_imbalance=None,
-           layout_options: dict | None = None) -> SearchResult:
+def search(
+    model: Model,
+    hardware: Hardware,
+    *,
+    gpus,
+    seq_len,
+    global_batch=None,
+    batch_tokens=None,
+    dtype: str = "bf16",
+    microbatch_sizes=(1, 2, 4, 8),
+    zero=ZERO_STAGES,
+    recompute=RECOMPUTE,
+    schedules=SCHEDULES,
+    vpps=(2, 4),
+    max_tp: int | None = None,
+    max_cp: int | None = None,
+    flash_attention: bool = True,
+    async_tp: bool = False,
+    comm_sms: int = 0,
+    zero3_gather: str = "per-block",
+    top: int | None = None,
+    progress: bool = True,
+    tp: int | None = None,
+    pp: int | None = None,
+    dp: int | None = None,
+    cp: int | None = None,
+    ep: int | None = None,
+    objective: str = "step_time",
+    outside_bytes=None,
+    stack: str | None = None,
+    at_limit: bool = False,
+    fp8_recipe: str | None = None,
+    optimizer: str = "adam",
+    etp: int | None = None,
+    pipeline_layout: str | None = None,
+    dispatcher: str | None = None,
+    bf16_layers=None,
+    grad_dtype: str | None = None,
+    moment_dtype: str | None = None,
+    expert_capacity=None,
+    pad_to_capacity: bool = True,
+    routing_imbalance=None,
+    layout_options: dict | None = None,
+) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
@@ -331,7 +496,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     as :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``:
     and at the limit)."""
     start = time.time()
-    model, hardware = _numeric(as_model(model)), as_hardware(hardware)  # objects, names or a config.json path
+    # objects, names or a config.json path
+    model, hardware = _numeric(as_model(model)), as_hardware(hardware)
     counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
     counts = tuple(count("gpus", g, allow_symbol=False) for g in counts)
     seq_len = count("seq_len", seq_len, allow_symbol=False)
@@ -346,43 +512,115 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
     if max(counts) > MAX_GPUS:
-        raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {max(counts):,}")
+        raise InputError(
+            f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {max(counts):,}"
+        )
     global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
     for note in notes:
         warnings.warn(note, ReinterpretedWarning, stacklevel=2)
-    async_tp, flash_attention, progress, at_limit = (flag(k, v) for k, v in zip(
-        ("async_tp", "flash_attention", "progress", "at_limit"), (async_tp, flash_attention, progress, at_limit)))
-    zero, recompute, schedules = (_subset(k, v, allowed) for k, v, allowed in (
-        ("zero", zero, ZERO_STAGES), ("recompute", recompute, RECOMPUTE), ("schedules", schedules, SCHEDULES)))
-    zero, recompute, schedules = _stack_runs(stack, props, model, hardware, dtype, flash_attention,
-                                             zero, recompute, schedules)
-    microbatch_sizes, vpps = (tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
-                              for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)))
-    max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
-                           for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
+    async_tp, flash_attention, progress, at_limit = (
+        flag(k, v)
+        for k, v in zip(
+            ("async_tp", "flash_attention", "progress", "at_limit"),
+            (async_tp, flash_attention, progress, at_limit),
+        )
+    )
+    zero, recompute, schedules = (
+        _subset(k, v, allowed)
+        for k, v, allowed in (
+            ("zero", zero, ZERO_STAGES),
+            ("recompute", recompute, RECOMPUTE),
+            ("schedules", schedules, SCHEDULES),
+        )
+    )
+    zero, recompute, schedules = _stack_runs(
+        stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules
+    )
+    microbatch_sizes, vpps = (
+        tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
+        for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2))
+    )
+    max_tp, max_cp, top = (
+        None if v is None else count(name, v, allow_symbol=False)
+        for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top))
+    )
     pins = _pins(stack, props, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     max_cp = 1 if props.get("context_parallel") is False else max_cp
-    counted, narrowed = _counted(stack, props, (model, dtype, pins),
-                                 dict(zero=zero, recompute=recompute, schedules=schedules, vpps=vpps), etp=etp,
-                                 optimizer=optimizer, fp8_recipe=fp8_recipe, dispatcher=dispatcher,
-                                 pipeline_layout=pipeline_layout, bf16_layers=bf16_layers, grad_dtype=grad_dtype,
-                                 moment_dtype=moment_dtype, expert_capacity=expert_capacity,
-                                 pad_to_capacity=pad_to_capacity,
-                                 routing_imbalance=routing_imbalance, layout_options=layout_options)
-    arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
-                      microbatch_sizes=microbatch_sizes, max_tp=max_tp, max_cp=max_cp, pins=pins,
-                      etp=counted.get("etp"), explicit="pp" in counted, **narrowed)
-    out, built = _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention,
-                            async_tp, comm_sms, zero3_gather, stack, counted)
-    outside = _judged(arrays, out, hardware, dtype, global_batch * seq_len, allocator, outside_bytes)
+    counted, narrowed = _counted(
+        stack,
+        props,
+        (model, dtype, pins),
+        dict(zero=zero, recompute=recompute, schedules=schedules, vpps=vpps),
+        etp=etp,
+        optimizer=optimizer,
+        fp8_recipe=fp8_recipe,
+        dispatcher=dispatcher,
+        pipeline_layout=pipeline_layout,
+        bf16_layers=bf16_layers,
+        grad_dtype=grad_dtype,
+        moment_dtype=moment_dtype,
+        expert_capacity=expert_capacity,
+        pad_to_capacity=pad_to_capacity,
+        routing_imbalance=routing_imbalance,
+        layout_options=layout_options,
+    )
+    arrays = _layouts(
+        model,
+        hardware,
+        props,
+        counts,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        microbatch_sizes=microbatch_sizes,
+        max_tp=max_tp,
+        max_cp=max_cp,
+        pins=pins,
+        etp=counted.get("etp"),
+        explicit="pp" in counted,
+        **narrowed,
+    )
+    out, built = _evaluated(
+        arrays,
+        progress,
+        model,
+        hardware,
+        seq_len,
+        global_batch,
+        dtype,
+        flash_attention,
+        async_tp,
+        comm_sms,
+        zero3_gather,
+        stack,
+        counted,
+    )
+    outside = _judged(
+        arrays, out, hardware, dtype, global_batch * seq_len, allocator, outside_bytes
+    )
     order, n_fit = ranking(arrays, objective, at_limit)
     keep = order[: (n_fit if top is None else min(top, n_fit))]
-    fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,
-             "ratios": _interval(stack), "stack": stack, "fp8_recipe": counted["fp8_recipe"]}
+    fixed = {
+        "async_tp": bool(async_tp),
+        "comm_sms": comm_sms,
+        "zero3_gather": zero3_gather,
+        "ratios": _interval(stack),
+        "stack": stack,
+        "fp8_recipe": counted["fp8_recipe"],
+    }
     others = {k: counted.get(k) for k in COUNTED if k != "fp8_recipe"}
-    return SearchResult(_Ranking(arrays, keep, {**fixed, **others}), evaluated=len(arrays["tp"]),
-                        fitting=n_fit, seconds=time.time() - start, arrays=arrays, compiled=built,
-                        notes=notes, objective=objective, outside=outside, counted=others, **fixed)
+    return SearchResult(
+        _Ranking(arrays, keep, {**fixed, **others}),
+        evaluated=len(arrays["tp"]),
+        fitting=n_fit,
+        seconds=time.time() - start,
+        arrays=arrays,
+        compiled=built,
+        notes=notes,
+        objective=objective,
+        outside=outside,
+        counted=others,
+        **fixed,
+    )
 
 
 def _judged(arrays: dict, out: dict, hardware, dtype, tokens, allocator, outside_bytes) -> float:
@@ -390,13 +628,25 @@ def _judged(arrays: dict, out: dict, hardware, dtype, tokens, allocator, outside
     it fits and its verdict; the bytes a layout leaves free for what lies outside the allocator."""
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
-    arrays.update(memory=out["memory"], step_time=out["step_time"],
-                  mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
-                                                        gpus=arrays["gpus"], peak_flops=peak),
-                  cost=out["step_time"] * arrays["gpus"] / tokens)
-    outside = (float(outside_floor(allocator).to("byte").magnitude)
-               if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
-    fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
+    arrays.update(
+        memory=out["memory"],
+        step_time=out["step_time"],
+        mfu=formula("compute.mfu").lambdify()(
+            flops=out["flops"], step_time=out["step_time"], gpus=arrays["gpus"], peak_flops=peak
+        ),
+        cost=out["step_time"] * arrays["gpus"] / tokens,
+    )
+    outside = (
+        float(outside_floor(allocator).to("byte").magnitude)
+        if outside_bytes is None
+        else float(read_magnitude("outside_bytes", outside_bytes))
+    )
+    fits = (
+        formula("memory.headroom").lambdify()(
+            hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]
+        )
+        >= 0
+    )
     arrays["fits"] = fits
     arrays["verdict"] = verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
     return outside
@@ -404,11 +654,16 @@ def _judged(arrays: dict, out: dict, hardware, dtype, tokens, allocator, outside
 
 def _numeric(model: Model) -> Model:
     """``model``, refused where a field is left as a symbol (search enumerates numbers)."""
-    free = [f.name for f in dataclasses.fields(model) if isinstance(getattr(model, f.name), sympy.Basic)
-            and not getattr(model, f.name).is_number]
+    free = [
+        f.name
+        for f in dataclasses.fields(model)
+        if isinstance(getattr(model, f.name), sympy.Basic) and not getattr(model, f.name).is_number
+    ]
     if free:
-        raise InputError(f"model: search enumerates the layouts of a numeric model; {', '.join(free)} "
-                         "left as symbols (give numbers with model.replace(...))")
+        raise InputError(
+            f"model: search enumerates the layouts of a numeric model; {', '.join(free)} "
+            "left as symbols (give numbers with model.replace(...))"
+        )
     return model
 
 
@@ -446,16 +701,25 @@ def _counted(stack, props, plan, narrowed: dict, **given) -> tuple:
     (:func:`_layout_counted`). ``plan``: the model, dtype and pinned degrees."""
     model, dtype, pins = plan
     options = dict(given.pop("layout_options") or {})
-    counted = {**given, "optimizer": choice("optimizer", given["optimizer"], OPTIMIZERS),
-               "fp8_recipe": fp8_recipe_of(stack, props, dtype, given["fp8_recipe"]),
-               "dispatcher": dispatcher_of(stack, props, model, given["dispatcher"])}
+    counted = {
+        **given,
+        "optimizer": choice("optimizer", given["optimizer"], OPTIMIZERS),
+        "fp8_recipe": fp8_recipe_of(stack, props, dtype, given["fp8_recipe"]),
+        "dispatcher": dispatcher_of(stack, props, model, given["dispatcher"]),
+    }
     if counted["etp"] is not None:
         counted["etp"] = count("etp", counted["etp"], allow_symbol=False)
     refusal = optimizer_refusal(stack, props, counted["optimizer"])
     zero = narrowed["zero"]
     if counted["optimizer"] == "muon":
-        refusal = refusal or next((optimizer_refusal(stack, props, "muon", z) for z in zero if z != 1
-                                   and zero != ZERO_STAGES), None)
+        refusal = refusal or next(
+            (
+                optimizer_refusal(stack, props, "muon", z)
+                for z in zero
+                if z != 1 and zero != ZERO_STAGES
+            ),
+            None,
+        )
         narrowed = {**narrowed, "zero": (1,)}
     if refusal:
         raise InputError(refusal)
@@ -470,24 +734,34 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     (interleaved where vpp > 1)."""
     unknown = sorted(set(options) - set(LAYOUT_OPTIONS[2:]))
     if unknown:
-        raise InputError(f"layout_options: {unknown[0]!r} is not a Layout field search takes; it takes "
-                         f"{', '.join(LAYOUT_OPTIONS[2:])} (and etp=, pipeline_layout=)")
+        raise InputError(
+            f"layout_options: {unknown[0]!r} is not a Layout field search takes; it takes "
+            f"{', '.join(LAYOUT_OPTIONS[2:])} (and etp=, pipeline_layout=)"
+        )
     counted = {**counted, **options}
     if options.get("recompute_modules"):
         if "selective" not in narrowed["recompute"]:
-            raise InputError("recompute_modules: recomputed under recompute='selective', not searched here")
+            raise InputError(
+                "recompute_modules: recomputed under recompute='selective', not searched here"
+            )
         counted["recompute"], narrowed = "selective", {**narrowed, "recompute": ("selective",)}
     if options.get("offload_optimizer"):
         kept = []
         for z in narrowed["zero"]:
             try:
-                check_offload(stack, props.get("optimizer_offload"), Layout(zero=z, offload_optimizer=options["offload_optimizer"]))
+                check_offload(
+                    stack,
+                    props.get("optimizer_offload"),
+                    Layout(zero=z, offload_optimizer=options["offload_optimizer"]),
+                )
                 kept.append(z)
             except InputError:
                 if narrowed["zero"] != ZERO_STAGES:
                     raise
         narrowed = {**narrowed, "zero": tuple(kept)}
-    text, uneven = counted["pipeline_layout"], options.get("first_stage_layers") or options.get("last_stage_layers")
+    text, uneven = counted["pipeline_layout"], options.get("first_stage_layers") or options.get(
+        "last_stage_layers"
+    )
     if text is None and not uneven:
         return counted, narrowed
     what = "pipeline_layout" if text is not None else "first_stage_layers"
@@ -495,37 +769,52 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
         raise InputError(f"{what}: places layers on numbered stages; pin pp")
     chunks_ = len(chunks(text)) if text is not None else pins["pp"]
     if chunks_ % pins["pp"]:
-        raise InputError(f"pipeline_layout: its {chunks_} chunks are pp × vpp; pin pp to a divisor of {chunks_} "
-                         f"(got {pins['pp']})")
+        raise InputError(
+            f"pipeline_layout: its {chunks_} chunks are pp × vpp; pin pp to a divisor of {chunks_} "
+            f"(got {pins['pp']})"
+        )
     vpp = chunks_ // pins["pp"]
-    schedules = tuple(s for s in narrowed["schedules"] if (s == "interleaved") == (vpp > 1) and s != "dualpipe")
+    schedules = tuple(
+        s for s in narrowed["schedules"] if (s == "interleaved") == (vpp > 1) and s != "dualpipe"
+    )
     if not schedules:
-        raise InputError(f"{what}: {vpp} chunks a stage run on "
-                         f"{'the interleaved schedule' if vpp > 1 else 'a schedule other than interleaved or DualPipe'}, "
-                         f"not on {', '.join(narrowed['schedules'])}")
+        runs_on = (
+            "the interleaved schedule"
+            if vpp > 1
+            else "a schedule other than interleaved or DualPipe"
+        )
+        raise InputError(
+            f"{what}: {vpp} chunks a stage run on {runs_on},"
+            f" not on {', '.join(narrowed['schedules'])}"
+        )
     narrowed = {**narrowed, "schedules": schedules, "vpps": (vpp,) if vpp > 1 else narrowed["vpps"]}
     return {**counted, "pp": pins["pp"], "vpp": vpp}, narrowed
 
 
-def _stack_runs(stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules) -> tuple:
+def _stack_runs(
+    stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules
+) -> tuple:
     """The ZeRO stages, recomputations and schedules ``stack`` runs, of those asked for: what it
     does not run is dropped from the defaults, and refused (one line, as Plan refuses it) where
     asked for by name."""
     whole = stack_refusal(stack, props, dtype=dtype, hardware=hardware)
     if whole:
         raise InputError(whole)
-    if "schedules" in props:  # as the selective policy: asked for, a schedule the stack does not run is refused
+    # as the selective policy: asked for, a schedule the stack does not run is refused
+    if "schedules" in props:
         refused = [sched for sched in schedules if sched not in props["schedules"]]
         if refused and schedules != SCHEDULES:
             raise InputError(stack_refusal(stack, props, schedule=refused[0]))
         schedules = tuple(sched for sched in schedules if sched in props["schedules"])
-    if props.get("max_zero") is not None:  # as the schedules: asked for, a ZeRO stage it does not run is refused
+    # as the schedules: asked for, a ZeRO stage it does not run is refused
+    if props.get("max_zero") is not None:
         refused = [z for z in zero if z > props["max_zero"]]
         if refused and zero != ZERO_STAGES:
             raise InputError(stack_refusal(stack, props, zero=refused[0]))
         zero = tuple(z for z in zero if z <= props["max_zero"])
     refusal = selective_refusal(stack, props.get("selective"), model, flash_attention)
-    if refusal and "selective" in recompute:  # the layouts Plan refuses are not searched: asked for, it says why
+    # the layouts Plan refuses are not searched: asked for, it says why
+    if refusal and "selective" in recompute:
         if recompute != RECOMPUTE:
             raise InputError(refusal)
         recompute = tuple(r for r in recompute if r != "selective")
@@ -540,19 +829,38 @@ def _layouts(model, hardware, props, counts, *, zero, explicit=False, **options)
     # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked
     # for is kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered
     # one at a time)
-    keep = ~((arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero)))
-    if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
+    keep = ~(
+        (arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero))
+    )
+    # stack_refusal's pipeline ZeRO limit, on every row at once
+    if props.get("pipeline_zero") is not None:
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
-    if props.get("even_chunks") and not explicit:  # and its even model chunks (a pipeline layout places its own)
-        keep &= ~((arrays["schedule"] == SCHEDULES.index("interleaved"))
-                  & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0))
+    # and its even model chunks (a pipeline layout places its own)
+    if props.get("even_chunks") and not explicit:
+        keep &= ~(
+            (arrays["schedule"] == SCHEDULES.index("interleaved"))
+            & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0)
+        )
     arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
     return arrays
 
 
-def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp,
-               comm_sms, zero3_gather, stack, counted=None) -> tuple[dict, bool]:
+def _evaluated(
+    arrays,
+    progress,
+    model,
+    hardware,
+    seq_len,
+    global_batch,
+    dtype,
+    flash_attention,
+    async_tp,
+    comm_sms,
+    zero3_gather,
+    stack,
+    counted=None,
+) -> tuple[dict, bool]:
     """Memory, step time and FLOPs of every layout from the structure's programs (layouts with tp >
     1 run sequence parallelism, those with tp = 1 none, as Plan has them: one program each); and
     whether a program was built."""
@@ -560,18 +868,38 @@ def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, 
     out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
     built = False
     with shown(progress), bar(desc="search", total=n, unit="layouts") as drawn:
-        note = lambda: drawn.set_description_str("search: compiling this configuration's expressions")  # noqa: E731
-        for sp, rows in ((True, np.flatnonzero(arrays["tp"] > 1)), (False, np.flatnonzero(arrays["tp"] == 1))):
+        note = lambda: drawn.set_description_str(
+            "search: compiling this configuration's expressions"
+        )  # noqa: E731
+        for sp, rows in (
+            (True, np.flatnonzero(arrays["tp"] > 1)),
+            (False, np.flatnonzero(arrays["tp"] == 1)),
+        ):
             if not len(rows):  # nothing to compile for when no layout of the kind is valid
                 continue
-            fn, new = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                                zero3_gather, stack, note, sequence_parallel=sp, counted=counted)
+            fn, new = _compiled(
+                model,
+                hardware,
+                seq_len,
+                global_batch,
+                dtype,
+                flash_attention,
+                async_tp,
+                comm_sms,
+                zero3_gather,
+                stack,
+                note,
+                sequence_parallel=sp,
+                counted=counted,
+            )
             drawn.set_description_str("search")
             built = built or new
             for lo in range(0, len(rows), CHUNK):
-                chunk = rows[lo:lo + CHUNK]
+                chunk = rows[lo : lo + CHUNK]
                 with np.errstate(all="ignore"):
-                    for k, v in zip(("memory", "step_time", "flops"), fn(*(arrays[k][chunk] for k in INPUTS))):
+                    for k, v in zip(
+                        ("memory", "step_time", "flops"), fn(*(arrays[k][chunk] for k in INPUTS))
+                    ):
                         out[k][chunk] = v  # broadcasts a constant
                 drawn.update(len(chunk))
     return out, built
