@@ -49,103 +49,8 @@ def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list
     return CLIError(message)
 
 
-def _precision_args(g) -> None:
-    """The plan flags of its precision, optimizer and MoE dispatcher."""
-    g.add_argument(
-        "--dtype",
-        help=(
-            "training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, "
-            "mxfp8 or nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)"
-        ),
-    )
-    g.add_argument(
-        "--fp8-recipe",
-        dest="fp8_recipe",
-        choices=FP8_RECIPES,
-        help=(
-            "fp8's scaling: delayed (Transformer Engine's default), tensorwise (per-tensor current)"
-            " or blockwise (DeepSeek-V3's 1×128 and 128×128 blocks); default: the stack's first"
-        ),
-    )
-    g.add_argument(
-        "--expert-capacity",
-        dest="expert_capacity",
-        metavar="C",
-        help=(
-            "an MoE plan's experts padded to C times their balanced share of tokens"
-            " (Megatron-Core's --moe-expert-capacity-factor with"
-            " --moe-pad-expert-input-to-capacity); default dropless"
-        ),
-    )
-    g.add_argument(
-        "--drop-beyond-capacity",
-        dest="drop_beyond_capacity",
-        action="store_true",
-        default=None,
-        help=(
-            "with --expert-capacity: the tokens beyond it dropped, the experts' input "
-            "not padded (Megatron-Core's capacity factor without "
-            "--moe-pad-expert-input-to-capacity)"
-        ),
-    )
-    g.add_argument(
-        "--routing-imbalance",
-        dest="routing_imbalance",
-        metavar="R",
-        help=(
-            "an MoE plan's busiest expert-parallel rank's routed tokens over "
-            "its balanced share: balanced (1, the default, as benchmarks force "
-            "it), dropless (fitted on published runs: presets/calibration.toml "
-            "[routing]) or a number ≥ 1"
-        ),
-    )
-    g.add_argument(
-        "--bf16-layers",
-        dest="bf16_layers",
-        metavar="FIRST,LAST",
-        help=(
-            "the layers at each end a low-precision plan keeps in BF16 (Megatron-LM's "
-            "--first-last-layers-bf16 with its counts; default none)"
-        ),
-    )
-    g.add_argument(
-        "--grad-dtype",
-        dest="grad_dtype",
-        choices=GRAD_DTYPES,
-        help=(
-            "gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad:"
-            " 18); default: the stack's with ZeRO 0-2, bf16 with ZeRO-3"
-        ),
-    )
-    g.add_argument(
-        "--optimizer",
-        choices=OPTIMIZERS,
-        help=(
-            "adam (default), or muon on the blocks' matrices with AdamW on the ends (stack"
-            " megatron-core, ZeRO-1: its layer-wise distributed optimizer)"
-        ),
-    )
-    g.add_argument(
-        "--dispatcher",
-        choices=DISPATCHERS,
-        help=(
-            "an MoE layer's token dispatcher: alltoall, allgather or flex (DeepEP: each token once"
-            " to each node it reaches); default: the stack's first"
-        ),
-    )
-    g.add_argument(
-        "--moment-dtype",
-        dest="moment_dtype",
-        choices=MOMENT_DTYPES,
-        help=(
-            "Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
-            "(DeepSeek-V3's, 8)"
-        ),
-    )
-
-
-def _plan_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("plan")
+def _layout_args(g) -> None:
+    """The plan flags of its model, hardware and parallel layout."""
     g.add_argument(
         "--model",
         help=(
@@ -211,26 +116,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
             "blocking, again in a recomputed forward (DeepSpeed ZeRO-3 of 2021)"
         ),
     )
-    g.add_argument("--recompute", choices=RECOMPUTE)
-    g.add_argument(
-        "--recompute-layers",
-        dest="recompute_layers",
-        help=(
-            "with --recompute full: recompute only N layers of each stage and keep the others' "
-            "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)"
-        ),
-    )
-    g.add_argument(
-        "--recompute-modules",
-        dest="recompute_modules",
-        nargs="+",
-        choices=RECOMPUTE_MODULES,
-        help=(
-            "what --recompute selective recomputes (Megatron-Core's --recompute-modules):"
-            " core_attn, the default; layernorm, mla_up_proj and moe_act free their outputs"
-            " (DeepSeek-V3 recomputes these three)"
-        ),
-    )
+
+
+def _pipeline_args(g) -> None:
+    """The plan flags of its pipeline schedule and split, and of recomputation."""
+    g.add_argument("--schedule", choices=SCHEDULES)
     for end in ("first", "last"):
         g.add_argument(
             f"--{end}-stage-layers",
@@ -261,16 +151,30 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
             " --account-for-embedding/loss-in-pipeline-split; Llama 3)"
         ),
     )
+    g.add_argument("--recompute", choices=RECOMPUTE)
     g.add_argument(
-        "--fp8-activations",
-        dest="fp8_activations",
-        action="store_true",
-        default=None,
+        "--recompute-layers",
+        dest="recompute_layers",
         help=(
-            "with --dtype fp8: cache the inputs of matmuls and of the SwiGLU in FP8 (DeepSeek-V3"
-            " §3.3.2)"
+            "with --recompute full: recompute only N layers of each stage and keep the others' "
+            "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)"
         ),
     )
+    g.add_argument(
+        "--recompute-modules",
+        dest="recompute_modules",
+        nargs="+",
+        choices=RECOMPUTE_MODULES,
+        help=(
+            "what --recompute selective recomputes (Megatron-Core's --recompute-modules):"
+            " core_attn, the default; layernorm, mla_up_proj and moe_act free their outputs"
+            " (DeepSeek-V3 recomputes these three)"
+        ),
+    )
+
+
+def _memory_args(g) -> None:
+    """The plan flags of what moves to the host and how attention keeps its state."""
     g.add_argument(
         "--offload-activations",
         dest="offload_activations",
@@ -308,7 +212,119 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="attention as plain matmuls and softmax (Korthikanti's GPT layer: MHA, GELU)",
     )
-    g.add_argument("--schedule", choices=SCHEDULES)
+
+
+def _precision_args(g) -> None:
+    """The plan flags of its training precision and optimizer."""
+    g.add_argument(
+        "--dtype",
+        help=(
+            "training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, "
+            "mxfp8 or nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)"
+        ),
+    )
+    g.add_argument(
+        "--fp8-recipe",
+        dest="fp8_recipe",
+        choices=FP8_RECIPES,
+        help=(
+            "fp8's scaling: delayed (Transformer Engine's default), tensorwise (per-tensor current)"
+            " or blockwise (DeepSeek-V3's 1×128 and 128×128 blocks); default: the stack's first"
+        ),
+    )
+    g.add_argument(
+        "--fp8-activations",
+        dest="fp8_activations",
+        action="store_true",
+        default=None,
+        help=(
+            "with --dtype fp8: cache the inputs of matmuls and of the SwiGLU in FP8 (DeepSeek-V3"
+            " §3.3.2)"
+        ),
+    )
+    g.add_argument(
+        "--bf16-layers",
+        dest="bf16_layers",
+        metavar="FIRST,LAST",
+        help=(
+            "the layers at each end a low-precision plan keeps in BF16 (Megatron-LM's "
+            "--first-last-layers-bf16 with its counts; default none)"
+        ),
+    )
+    g.add_argument(
+        "--grad-dtype",
+        dest="grad_dtype",
+        choices=GRAD_DTYPES,
+        help=(
+            "gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad:"
+            " 18); default: the stack's with ZeRO 0-2, bf16 with ZeRO-3"
+        ),
+    )
+    g.add_argument(
+        "--moment-dtype",
+        dest="moment_dtype",
+        choices=MOMENT_DTYPES,
+        help=(
+            "Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
+            "(DeepSeek-V3's, 8)"
+        ),
+    )
+    g.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        help=(
+            "adam (default), or muon on the blocks' matrices with AdamW on the ends (stack"
+            " megatron-core, ZeRO-1: its layer-wise distributed optimizer)"
+        ),
+    )
+
+
+def _moe_args(g) -> None:
+    """The plan flags of an MoE layer's dispatch, capacity and routing."""
+    g.add_argument(
+        "--dispatcher",
+        choices=DISPATCHERS,
+        help=(
+            "an MoE layer's token dispatcher: alltoall, allgather or flex (DeepEP: each token once"
+            " to each node it reaches); default: the stack's first"
+        ),
+    )
+    g.add_argument(
+        "--expert-capacity",
+        dest="expert_capacity",
+        metavar="C",
+        help=(
+            "an MoE plan's experts padded to C times their balanced share of tokens"
+            " (Megatron-Core's --moe-expert-capacity-factor with"
+            " --moe-pad-expert-input-to-capacity); default dropless"
+        ),
+    )
+    g.add_argument(
+        "--drop-beyond-capacity",
+        dest="drop_beyond_capacity",
+        action="store_true",
+        default=None,
+        help=(
+            "with --expert-capacity: the tokens beyond it dropped, the experts' input "
+            "not padded (Megatron-Core's capacity factor without "
+            "--moe-pad-expert-input-to-capacity)"
+        ),
+    )
+    g.add_argument(
+        "--routing-imbalance",
+        dest="routing_imbalance",
+        metavar="R",
+        help=(
+            "an MoE plan's busiest expert-parallel rank's routed tokens over "
+            "its balanced share: balanced (1, the default, as benchmarks force "
+            "it), dropless (fitted on published runs: presets/calibration.toml "
+            "[routing]) or a number ≥ 1"
+        ),
+    )
+
+
+def _run_args(g) -> None:
+    """The plan flags of its stack, batch, hardware overrides and output."""
     g.add_argument(
         "--stack",
         help=(
@@ -323,7 +339,6 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
     g.add_argument("--global-batch", help="sequences per step")
     g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
-    _precision_args(g)
     g.add_argument(
         "--scale-up-bandwidth",
         help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')",
@@ -350,6 +365,17 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mfu", help="also give the step time at this MFU")
     g.add_argument("--tokens", help="training tokens, for steps and days (e.g. 15.6e12)")
     g.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    """The flags that state a plan, in one group of the help."""
+    g = p.add_argument_group("plan")
+    _layout_args(g)
+    _pipeline_args(g)
+    _memory_args(g)
+    _precision_args(g)
+    _moe_args(g)
+    _run_args(g)
 
 
 def _solve_parser(sub) -> None:
@@ -396,13 +422,17 @@ def _solve_parser(sub) -> None:
     p.set_defaults(func=cmd_solve)
 
 
-def parser() -> argparse.ArgumentParser:
-    top = Parser(
-        prog="analytic",
-        description="Closed-form models of distributed LLM training.",
-        allow_abbrev=False,
+def _quiet(p) -> None:
+    """--quiet, for a command that draws a progress bar."""
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (none is drawn when stderr is not a terminal)",
     )
-    sub = top.add_subparsers(dest="command", parser_class=Parser)
+
+
+def _step_parsers(sub) -> None:
+    """`analytic step` and `analytic memory`: a plan's story and its memory table."""
     p = sub.add_parser("step", help="the story of one training step", allow_abbrev=False)
     _plan_args(p)
     p.add_argument(
@@ -413,6 +443,10 @@ def parser() -> argparse.ArgumentParser:
     _plan_args(p)
     p.add_argument("--stages", action="store_true", help="a row for every pipeline stage")
     p.set_defaults(func=cmd_memory)
+
+
+def _formula_parser(sub) -> None:
+    """`analytic formula`: print or evaluate one of the catalogue's formulas."""
     p = sub.add_parser("formula", help="print or evaluate a catalogue formula", allow_abbrev=False)
     p.add_argument("name", nargs="?")
     p.add_argument(
@@ -425,12 +459,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formula)
+
+
+def _validate_parser(sub) -> None:
+    """`analytic validate`: the published cases."""
     p = sub.add_parser("validate", help="run the published validation cases", allow_abbrev=False)
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar (none is drawn when stderr is not a terminal)",
-    )
+    _quiet(p)
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--cases",
@@ -443,12 +477,12 @@ def parser() -> argparse.ArgumentParser:
         help="also write the Markdown report to PATH (validation/REPORT.md)",
     )
     p.set_defaults(func=cmd_validate)
+
+
+def _calibrate_parser(sub) -> None:
+    """`analytic calibrate`: fit the model's constants, on published runs or this device."""
     p = sub.add_parser("calibrate", help="fit the predictive model's constants", allow_abbrev=False)
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar (none is drawn when stderr is not a terminal)",
-    )
+    _quiet(p)
     p.add_argument(
         "--published",
         action="store_true",
@@ -496,6 +530,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--write", metavar="PATH", help="write the fitted profile (TOML)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
+
+
+def _derive_parser(sub) -> None:
+    """`analytic derive`: the derivations."""
     p = sub.add_parser(
         "derive", help="run a derivation (or render them all to Markdown)", allow_abbrev=False
     )
@@ -503,14 +541,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--list", action="store_true")
     p.set_defaults(func=cmd_derive)
+
+
+def _search_parser(sub) -> None:
+    """`analytic search`: every valid layout ranked."""
     p = sub.add_parser(
         "search", help="rank every valid layout by predicted step time", allow_abbrev=False
     )
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar (none is drawn when stderr is not a terminal)",
-    )
+    _quiet(p)
     _plan_args(p)
     p.add_argument("--top", default="10")
     p.add_argument(
@@ -532,14 +570,12 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     p.set_defaults(func=cmd_search)
-    add_codesign(sub, _plan_args)
-    _solve_parser(sub)
+
+
+def _plot_parser(sub) -> None:
+    """`analytic plot`: a figure to a file."""
     p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar (none is drawn when stderr is not a terminal)",
-    )
+    _quiet(p)
     p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto", "codesign"])
     p.add_argument("--out", required=True)
     p.add_argument(
@@ -558,6 +594,24 @@ def parser() -> argparse.ArgumentParser:
     )
     _plan_args(p)
     p.set_defaults(func=cmd_plot)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = Parser(
+        prog="analytic",
+        description="Closed-form models of distributed LLM training.",
+        allow_abbrev=False,
+    )
+    sub = top.add_subparsers(dest="command", parser_class=Parser)
+    _step_parsers(sub)
+    _formula_parser(sub)
+    _validate_parser(sub)
+    _calibrate_parser(sub)
+    _derive_parser(sub)
+    _search_parser(sub)
+    add_codesign(sub, _plan_args)
+    _solve_parser(sub)
+    _plot_parser(sub)
     return top
 
 
