@@ -279,11 +279,9 @@ def _memory_json(r: MemoryReport, args, fitting_layouts: list) -> None:
 def _memory_text(r: MemoryReport) -> None:
     """The memory of each part, the verdict, what lies outside the allocator and in host memory, the
     peak, the changes that make it fit and the stages."""
-    from .story import node_host_memory
-
-    plan, mem, rows, stages, notes = r.plan, r.mem, r.rows, r.stages, r.notes
-    headroom, peak, outside, changes = r.headroom, r.peak, r.outside, r.changes
     from ..core.choices import MEMORY_PARTS as PARTS
+
+    plan, mem, rows, notes = r.plan, r.mem, r.rows, r.notes
 
     for note in notes:
         print(f"note: {note}")
@@ -302,7 +300,9 @@ def _memory_text(r: MemoryReport) -> None:
             " gathered copies freed and the gradients it holds then)"
         )
     verdict = (
-        f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
+        f"fits, {_fmt(r.headroom)} to spare"
+        if mem.fits
+        else f"does not fit: {_fmt(-r.headroom)} over"
     )
     beside = (
         f" with the {_fmt(rows['outside'])} outside the allocator"
@@ -316,6 +316,23 @@ def _memory_text(r: MemoryReport) -> None:
         f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits"
         f" {_fmt(rows['logits'])})"
     )
+    _memory_outside(r)
+    if r.peak is not None:
+        _memory_peak(r)
+    for c in r.changes:
+        print(
+            f"  fits on the same GPUs with {c['change']}: {c['total']:.4g} GB, {c['verdict']}, step"
+            f" {c['step_time']:.3g} s, MFU {c['mfu']:.3f}"
+        )
+    if r.stages:
+        _memory_stages(r)
+
+
+def _memory_outside(r: MemoryReport) -> None:
+    """What lies outside the allocator, and what an offloading plan keeps in host memory."""
+    from .story import node_host_memory
+
+    plan, rows, outside = r.plan, r.rows, r.outside
     if rows["outside"].magnitude:
         print(
             "  (outside the allocator: the driver's reservation, the CUDA context, NCCL's buffers;"
@@ -329,7 +346,7 @@ def _memory_text(r: MemoryReport) -> None:
             "  (the HBM is the driver's total: nothing outside the allocator is counted for this"
             " stack's allocator)"
         )
-    if mem.host.magnitude:
+    if r.mem.host.magnitude:
         per_node, dram, fits = node_host_memory(plan, rows["host"])
         room = (
             ""
@@ -340,28 +357,26 @@ def _memory_text(r: MemoryReport) -> None:
             f"  offloaded {plan.layout.offloaded} in host memory: {_fmt(rows['host'])} per GPU,"
             f" {_fmt(per_node)} per node of {int(plan.inputs['gpus_per_node'])}{room}"
         )
-    if peak is not None:
-        _memory_peak(r)
-    for c in changes:
+
+
+def _memory_stages(r: MemoryReport) -> None:
+    """A row for each pipeline stage."""
+    from ..core.choices import MEMORY_PARTS as PARTS
+
+    plan, mem, stages = r.plan, r.mem, r.stages
+    # host: offloaded, not in total
+    columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())
+    if plan.layout.schedule == "dualpipe":
         print(
-            f"  fits on the same GPUs with {c['change']}: {c['total']:.4g} GB, {c['verdict']}, step"
-            f" {c['step_time']:.3g} s, MFU {c['mfu']:.3f}"
+            "\n  under DualPipe the row of stage k is its rank, which also holds stage p −" " 1 − k"
         )
-    if stages:
-        # host: offloaded, not in total
-        columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())
-        if plan.layout.schedule == "dualpipe":
-            print(
-                "\n  under DualPipe the row of stage k is its rank, which also holds stage p −"
-                " 1 − k"
-            )
-        print("\n  stage " + "".join(f"{k:>15}" for k in columns) + "   fits")
-        for s in stages:
-            print(
-                f"  {s.stage:>5} "
-                + "".join(f"{_fmt(getattr(s, k).to('GB')):>15}" for k in columns)
-                + f"   {'yes' if s.fits else 'no'}"
-            )
+    print("\n  stage " + "".join(f"{k:>15}" for k in columns) + "   fits")
+    for s in stages:
+        print(
+            f"  {s.stage:>5} "
+            + "".join(f"{_fmt(getattr(s, k).to('GB')):>15}" for k in columns)
+            + f"   {'yes' if s.fits else 'no'}"
+        )
 
 
 def _memory_peak(r: MemoryReport) -> None:
@@ -544,26 +559,43 @@ def cmd_search(args) -> int:
     closest = None if res.ranked else closest_line(res, plan_of)
     others = spread(plan_of(res.best)) if res.ranked else {}
     if args.json:
-        print(
-            json_text(
-                {
-                    "evaluated": res.evaluated,
-                    "fitting": res.fitting,
-                    "seconds": res.seconds,
-                    "objective": res.objective,
-                    "stack": res.stack,
-                    "notes": [note] if note else [],
-                    "other_stacks_s": others,
-                    "ranked": [
-                        r.as_dict()
-                        | ({} if steps is None else {"days": r.step_time * steps / 86400})
-                        for r in res.ranked
-                    ],
-                    "closest": closest and closest[1],
-                }
-            )
-        )
+        _search_json(res, note, others, steps, closest)
         return 0
+    _search_header(res, hw, note, others, bool(args.at_limit))
+    if closest:
+        print(closest[0])
+        return 0
+    _search_table(res, steps)
+    return 0
+
+
+def _search_json(res, note, others: dict, steps, closest) -> None:
+    """The search as JSON: its counts, stack, notes, the other stacks' step and the ranked rows
+    (with days where the tokens are given)."""
+    print(
+        json_text(
+            {
+                "evaluated": res.evaluated,
+                "fitting": res.fitting,
+                "seconds": res.seconds,
+                "objective": res.objective,
+                "stack": res.stack,
+                "notes": [note] if note else [],
+                "other_stacks_s": others,
+                "ranked": [
+                    r.as_dict() | ({} if steps is None else {"days": r.step_time * steps / 86400})
+                    for r in res.ranked
+                ],
+                "closest": closest and closest[1],
+            }
+        )
+    )
+    return 0
+
+
+def _search_header(res, hw, note, others: dict, at_limit: bool) -> None:
+    """The lines above the table: the stack, the other stacks' step, what was evaluated and what
+    the interval means."""
     if note:
         print(f"note: {note}")
     stack = [
@@ -583,7 +615,7 @@ def cmd_search(args) -> int:
     beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
     kept = (
         "fit at their predicted peak or at the allocator's limit"
-        if args.at_limit
+        if at_limit
         else "fit at their predicted peak"
     )
     print(
@@ -603,9 +635,10 @@ def cmd_search(args) -> int:
             f" (measured/predicted {res.ratios[0]:.2f}–{res.ratios[1]:.2f} over the validation"
             " cases, each with its source left out)"
         )
-    if closest:
-        print(closest[0])
-        return 0
+
+
+def _search_table(res, steps) -> None:
+    """The ranked layouts, a row each (days where ``steps`` is given)."""
     print(
         f"{'#':>3} {'gpus':>6} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3}"
         f" {'zero':>4} {'recompute':>9} {'schedule':>11} {'step (s)':>9} {'interval (s)':>15}"
@@ -615,7 +648,7 @@ def cmd_search(args) -> int:
     )
     for i, r in enumerate(res.ranked, 1):
         lay = r.layout
-        spread = (
+        interval = (
             f"{r.step_time_interval[0]:.3g}–{r.step_time_interval[1]:.3g}"
             if r.step_time_interval
             else "—"
@@ -625,12 +658,11 @@ def cmd_search(args) -> int:
         print(
             f"{i:>3} {lay.gpus:>6} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3}"
             f" {lay.vpp:>2} {r.microbatch_size:>3} {zero:>4} {lay.recompute:>9} {lay.schedule:>11}"
-            f" {r.step_time:>9.3f} {spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f}"
+            f" {r.step_time:>9.3f} {interval:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f}"
             f" {r.memory / 1e9:>9.2f}"
             + ("" if steps is None else f" {r.step_time * steps / 86400:>7.4g}")
             + f"  {r.verdict}"
         )
-    return 0
 
 
 def cmd_plot(args) -> int:
@@ -755,8 +787,6 @@ def cmd_solve(args) -> int:
     ``mfu`` (the smallest value of a free degree at which the predicted MFU falls below a threshold)
     or ``tp-break-even`` (the TP degree at which a layer's TP all-reduces take a threshold of its
     compute time)."""
-    from .. import symbolic
-
     if args.question != "mfu" and args.question != "tp-break-even" and args.threshold is not None:
         raise CLIError(
             f"solve {args.question}: --threshold is read by the mfu and tp-break-even questions"
@@ -764,93 +794,123 @@ def cmd_solve(args) -> int:
         )
     if args.question != "tp-break-even" and args.link is not None:
         raise CLIError(f"solve {args.question}: --link is read by the tp-break-even question only")
-    if args.question == "bubble":
-        refuse_unread(
-            args,
-            {"pp", "vpp", "schedule"},
-            "solve bubble",
-            "the bubble depends on the schedule, pp and vpp",
-        )
-        if args.target is None or args.pp is None:
-            raise CLIError("solve bubble: give --pp and --target (e.g. --target 0.05)")
-        answer = symbolic.microbatches_for_bubble(
-            args.schedule or "1f1b",
-            count_flag(args.pp, "pp"),
-            args.target,
-            vpp=None if args.vpp is None else count_flag(args.vpp, "vpp"),
-        )
-        out = {"question": "bubble", "microbatches": answer["value"]}
-        text = (
-            f"{answer['value']} microbatches per pipeline keep the {args.schedule or '1f1b'} bubble"
-            f" at or under {args.target} of the ideal time"
-        )
-    elif args.question == "mfu":
-        if args.threshold is None:
-            raise CLIError("solve mfu: give --threshold (the MFU to fall below, e.g. 0.3)")
-        plan, extra = _free_plan(args, "mfu")
-        value = symbolic.mfu_threshold(plan, args.free, args.threshold)
-        below, above, half = plan.subs(**{args.free: value}).mfu(), None, value // 2
-        try:
-            above = plan.subs(**{args.free: half}).mfu() if half >= 1 else None
-        except AnalyticError:  # half is not a valid layout
-            pass
-        out = {
-            "question": "mfu",
-            "free": args.free,
-            "value": value,
-            "mfu": below,
-            "threshold": float(args.threshold),
-            "notes": list(extra["notes"].values()),
-        }
-        text = (
-            f"{args.free} = {value:,}: the predicted MFU (6·N·D) falls to {below:.3f}, below"
-            f" {args.threshold}"
-            + (f" (at {half:,}: {above:.3f})" if above is not None else "")
-        )
-    elif args.question == "tp-break-even":
-        refuse_unread(
-            args,
-            {"model", "hardware", "seq", "microbatch_size", "dtype", "stack", "profile"},
-            "solve tp-break-even",
-            "the break-even depends on the model, hardware, sequence and microbatch",
-        )
-        args.global_batch = args.microbatch_size or "1"  # one microbatch: the batch does not enter
-        plan, extra = build_plan(args)
-        link = args.link or "scale-up"
-        key = f"{link.replace('-', '_')}_bandwidth"
-        inputs = plan.inputs
-        from ..core.units import Q
-
-        bandwidth = Q(
-            float(inputs[key]) * float(inputs[key.replace("bandwidth", "efficiency")]), "byte/s"
-        )
-        answer = symbolic.tp_break_even(
-            plan.model,
-            plan.hardware,
-            seq_len=int(plan.seq_len),
-            bandwidth=bandwidth,
-            microbatch_size=int(plan.microbatch_size),
-            efficiency=float(inputs["matmul_efficiency"] * inputs["stack_efficiency"]),
-            dtype=plan.dtype,
-            threshold=args.threshold or 1.0,
-        )
-        out = {
-            "question": "tp-break-even",
-            "link": link,
-            "tp": answer["break_even"],
-            "threshold": float(args.threshold or 1.0),
-            "bandwidth_GBps": float(bandwidth.to("GB/s").magnitude),
-        }
-        text = (
-            f"tp = {answer['break_even']:.3g}: one layer's TP all-reduces on the {link} link"
-            f" ({bandwidth.to('GB/s'):.4g~P} at NCCL's efficiency) take"
-            f" {float(args.threshold or 1):g}× its compute time at the device's GEMM ceiling and"
-            " the stack's efficiency"
-        )
-    else:
-        plan, extra = _free_plan(args, "smallest")
-        detail = symbolic.smallest_fitting_detail(plan, args.free, at_limit=bool(args.at_limit))
-        out, text = _smallest(args.free, detail, plan.subs(**{args.free: detail["value"]}))
-        out["notes"] = list(extra["notes"].values())
+    answer = {
+        "bubble": _solve_bubble,
+        "mfu": _solve_mfu,
+        "tp-break-even": _solve_break_even,
+        "smallest": _solve_smallest,
+    }[args.question]
+    out, text = answer(args)
     print(json_text(out) if args.json else text)
     return 0
+
+
+def _solve_bubble(args) -> tuple[dict, str]:
+    """The microbatches per pipeline that keep the bubble under ``--target``."""
+    from .. import symbolic
+
+    refuse_unread(
+        args,
+        {"pp", "vpp", "schedule"},
+        "solve bubble",
+        "the bubble depends on the schedule, pp and vpp",
+    )
+    if args.target is None or args.pp is None:
+        raise CLIError("solve bubble: give --pp and --target (e.g. --target 0.05)")
+    answer = symbolic.microbatches_for_bubble(
+        args.schedule or "1f1b",
+        count_flag(args.pp, "pp"),
+        args.target,
+        vpp=None if args.vpp is None else count_flag(args.vpp, "vpp"),
+    )
+    out = {"question": "bubble", "microbatches": answer["value"]}
+    text = (
+        f"{answer['value']} microbatches per pipeline keep the {args.schedule or '1f1b'} bubble"
+        f" at or under {args.target} of the ideal time"
+    )
+    return out, text
+
+
+def _solve_mfu(args) -> tuple[dict, str]:
+    """The smallest value of the free degree at which the MFU falls below ``--threshold``."""
+    from .. import symbolic
+
+    if args.threshold is None:
+        raise CLIError("solve mfu: give --threshold (the MFU to fall below, e.g. 0.3)")
+    plan, extra = _free_plan(args, "mfu")
+    value = symbolic.mfu_threshold(plan, args.free, args.threshold)
+    below, above, half = plan.subs(**{args.free: value}).mfu(), None, value // 2
+    try:
+        above = plan.subs(**{args.free: half}).mfu() if half >= 1 else None
+    except AnalyticError:  # half is not a valid layout
+        pass
+    out = {
+        "question": "mfu",
+        "free": args.free,
+        "value": value,
+        "mfu": below,
+        "threshold": float(args.threshold),
+        "notes": list(extra["notes"].values()),
+    }
+    text = (
+        f"{args.free} = {value:,}: the predicted MFU (6·N·D) falls to {below:.3f}, below"
+        f" {args.threshold}" + (f" (at {half:,}: {above:.3f})" if above is not None else "")
+    )
+    return out, text
+
+
+def _solve_break_even(args) -> tuple[dict, str]:
+    """The TP degree at which a layer's TP all-reduces take ``--threshold`` of its compute."""
+    from .. import symbolic
+
+    refuse_unread(
+        args,
+        {"model", "hardware", "seq", "microbatch_size", "dtype", "stack", "profile"},
+        "solve tp-break-even",
+        "the break-even depends on the model, hardware, sequence and microbatch",
+    )
+    args.global_batch = args.microbatch_size or "1"  # one microbatch: the batch does not enter
+    plan, extra = build_plan(args)
+    link = args.link or "scale-up"
+    key = f"{link.replace('-', '_')}_bandwidth"
+    inputs = plan.inputs
+    from ..core.units import Q
+
+    bandwidth = Q(
+        float(inputs[key]) * float(inputs[key.replace("bandwidth", "efficiency")]), "byte/s"
+    )
+    answer = symbolic.tp_break_even(
+        plan.model,
+        plan.hardware,
+        seq_len=int(plan.seq_len),
+        bandwidth=bandwidth,
+        microbatch_size=int(plan.microbatch_size),
+        efficiency=float(inputs["matmul_efficiency"] * inputs["stack_efficiency"]),
+        dtype=plan.dtype,
+        threshold=args.threshold or 1.0,
+    )
+    out = {
+        "question": "tp-break-even",
+        "link": link,
+        "tp": answer["break_even"],
+        "threshold": float(args.threshold or 1.0),
+        "bandwidth_GBps": float(bandwidth.to("GB/s").magnitude),
+    }
+    text = (
+        f"tp = {answer['break_even']:.3g}: one layer's TP all-reduces on the {link} link"
+        f" ({bandwidth.to('GB/s'):.4g~P} at NCCL's efficiency) take"
+        f" {float(args.threshold or 1):g}× its compute time at the device's GEMM ceiling and"
+        " the stack's efficiency"
+    )
+    return out, text
+
+
+def _solve_smallest(args) -> tuple[dict, str]:
+    """The smallest value of the free degree whose plan fits, with the reasons."""
+    from .. import symbolic
+
+    plan, extra = _free_plan(args, "smallest")
+    detail = symbolic.smallest_fitting_detail(plan, args.free, at_limit=bool(args.at_limit))
+    out, text = _smallest(args.free, detail, plan.subs(**{args.free: detail["value"]}))
+    out["notes"] = list(extra["notes"].values())
+    return out, text
