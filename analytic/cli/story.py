@@ -320,6 +320,13 @@ def _memory(f: Figures, add) -> None:
             mem.optimizer_step.to("GB"),
             _tags(plan, "memory.optimizer_step", "memory.optimizer_step."),
         )
+    _memory_total(f, add, mem, where)
+
+
+def _memory_total(f: Figures, add, mem, where: str) -> None:
+    """What goes to the host, memory selective recomputation fails to save, the total, the
+    allocator's peak and the changes that make the plan fit."""
+    plan, lay = f.plan, f.plan.layout
     if lay.offloaded:
         _, dram, fits = node_host_memory(plan, mem.host)
         room = (
@@ -539,64 +546,8 @@ def _time(f: Figures, add) -> None:
         )
     try:
         st = plan.step_time()
-        exposure = plan.exposure()
-        for k, v in plan.time_breakdown(ops=True).items():
-            # smaller: a zero the structure's programs leave as rounding
-            if abs(float(v / st)) > 1e-12:
-                label = f"  {OP_LABELS.get(k, k)}"
-                if k in exposure:
-                    e = exposure[k]
-                    window = f", window {e['window'].to('s'):.4g~P}" if k == "dp" else ""
-                    label += f" exposed ({e['why']}; traffic {e['traffic'].to('s'):.4g~P}{window})"
-                if k == "imbalance":
-                    slow = plan.slowest_stage()
-                    label = (
-                        f"  slowest stage's excess (stage {slow['stage']} of {plan.layout.pp}: "
-                        f"{slow['compute'].to('s'):.4g~P} of compute against the average "
-                        f"{slow['average'].to('s'):.4g~P})"
-                    )
-                if k in ("gemm", "attention") and plan.layout.comm_sms:
-                    sms = plan.inputs["sms"]
-                    label += (
-                        f" (on {sms - plan.layout.comm_sms} of {sms} SMs; {plan.layout.comm_sms}"
-                        " run communication)"
-                    )
-                add(
-                    "time",
-                    f"time_{k}",
-                    label,
-                    v,
-                    _tags(plan, f"time.{k}", "compute.", "collectives.", "pipeline."),
-                )
-        try:
-            low, high = plan.step_time_interval()
-            coverage = plan.calibration.coverage
-            spread = f"; {coverage:.0%} interval {low.to('s').magnitude:.3g}–{high.to('s'):.3g~P}"
-        except AnalyticError:
-            spread = ""
-        host = (
-            "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
-        )
-        cal = plan.calibration
-        efficiency = (
-            ""
-            if cal is None
-            else (
-                f"; stack efficiency {float(plan.inputs['stack_efficiency']):.3g}, "
-                + (
-                    "pooled: no fitted source of its family"
-                    if cal.pooled
-                    else f"fitted on the {cal.key} family's sources"
-                )
-            )
-        )
-        add(
-            "time",
-            "step_time",
-            f"predicted step time (calibrated model{efficiency}{spread}{host})",
-            st,
-            "plan.step_time",
-        )
+        _time_parts(plan, st, add)
+        _step_line(plan, st, add)
         add(
             "time",
             "mfu",
@@ -621,6 +572,71 @@ def _time(f: Figures, add) -> None:
         )
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
+
+
+def _time_parts(plan, st, add) -> None:
+    """The step time by part, each exposed part with why it was not hidden."""
+    exposure = plan.exposure()
+    for k, v in plan.time_breakdown(ops=True).items():
+        # smaller: a zero the structure's programs leave as rounding
+        if abs(float(v / st)) > 1e-12:
+            label = f"  {OP_LABELS.get(k, k)}"
+            if k in exposure:
+                e = exposure[k]
+                window = f", window {e['window'].to('s'):.4g~P}" if k == "dp" else ""
+                label += f" exposed ({e['why']}; traffic {e['traffic'].to('s'):.4g~P}{window})"
+            if k == "imbalance":
+                slow = plan.slowest_stage()
+                label = (
+                    f"  slowest stage's excess (stage {slow['stage']} of {plan.layout.pp}: "
+                    f"{slow['compute'].to('s'):.4g~P} of compute against the average "
+                    f"{slow['average'].to('s'):.4g~P})"
+                )
+            if k in ("gemm", "attention") and plan.layout.comm_sms:
+                sms = plan.inputs["sms"]
+                label += (
+                    f" (on {sms - plan.layout.comm_sms} of {sms} SMs; {plan.layout.comm_sms}"
+                    " run communication)"
+                )
+            add(
+                "time",
+                f"time_{k}",
+                label,
+                v,
+                _tags(plan, f"time.{k}", "compute.", "collectives.", "pipeline."),
+            )
+
+
+def _step_line(plan, st, add) -> None:
+    """The predicted step time, with the stack's efficiency, where it was fitted, and the
+    interval."""
+    try:
+        low, high = plan.step_time_interval()
+        coverage = plan.calibration.coverage
+        spread = f"; {coverage:.0%} interval {low.to('s').magnitude:.3g}–{high.to('s'):.3g~P}"
+    except AnalyticError:
+        spread = ""
+    host = "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
+    cal = plan.calibration
+    efficiency = (
+        ""
+        if cal is None
+        else (
+            f"; stack efficiency {float(plan.inputs['stack_efficiency']):.3g}, "
+            + (
+                "pooled: no fitted source of its family"
+                if cal.pooled
+                else f"fitted on the {cal.key} family's sources"
+            )
+        )
+    )
+    add(
+        "time",
+        "step_time",
+        f"predicted step time (calibrated model{efficiency}{spread}{host})",
+        st,
+        "plan.step_time",
+    )
 
 
 def _as_it_ran(add) -> None:
