@@ -358,26 +358,9 @@ def _presets(get) -> tuple:
 def build_plan(args) -> tuple[object, dict]:
     """A Plan from the flags; no flags at all gives the source text's configuration. Every count and
     the batch are read before sympy and pint are imported, so a mistake in one is said at once."""
-    from ..core.choices import sequence_parallel_default
     from .essay import essay
 
-    given = {
-        k: v
-        for k, v in vars(args).items()
-        if v is not None
-        and k not in (
-            "json",
-            "command",
-            "func",
-            "top",
-            "text",
-            "question",
-            "free",
-            "target",
-            "threshold",
-            "link",
-        )
-    }
+    given = {k: v for k, v in vars(args).items() if v is not None and k not in _NOT_PLAN}
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in PLAN_FLAGS - TEXT_KEPT_BY)
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
@@ -385,6 +368,72 @@ def build_plan(args) -> tuple[object, dict]:
         raise CLIError(
             "--model and --hardware: give both (or neither, for the source text's configuration)"
         )
+    tp, pp, dp, cp, ep, vpp = _degrees(get)
+    if get("seq") is None or get("batch_tokens") is None and get("global_batch") is None:
+        _presets(get)  # a preset's name mistyped is said first
+    if get("seq") is None:
+        raise CLIError("--seq: give the sequence length")
+    seq = count_flag(str(get("seq")), "seq")
+    global_batch, note = _global_batch(get("batch_tokens"), get("global_batch"), seq)
+    notes = {"batch_tokens": note} if note else {}
+    layout = _layout_kwargs(get, tp, pp, dp, cp, ep, vpp)
+    plan_kw = (
+        {}
+        if get("microbatch_size") is None
+        else {"microbatch_size": count_flag(str(get("microbatch_size")), "microbatch-size")}
+    )
+    links = hardware_overrides(get) | outside_override(get)
+
+    import analytic as an
+
+    from ..core.values import fraction
+
+    model, hw = _presets(get)
+    layout = an.Layout(**layout)
+    tokens = get("tokens")
+    if tokens is not None and " " not in str(tokens):
+        # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
+        tokens = count_flag(str(tokens), "tokens")
+    plan_kw |= _plan_options(get)
+    plan = an.Plan(
+        model,
+        hw,
+        layout,
+        seq_len=seq,
+        global_batch=global_batch,
+        flash_attention=get("flash_attention"),
+        grad_dtype=get("grad_dtype"),
+        moment_dtype=get("moment_dtype"),
+        profile=get("profile"),
+        training_tokens=tokens,
+        **plan_kw,
+        **links,
+    )
+    extra = {
+        "mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
+        "text": text_config,
+        "notes": notes,
+    }
+    return plan, extra
+
+
+# a command's own flags, and argparse's, that state nothing of the plan
+_NOT_PLAN = (
+    "json",
+    "command",
+    "func",
+    "top",
+    "text",
+    "question",
+    "free",
+    "target",
+    "threshold",
+    "link",
+)
+
+
+def _degrees(get) -> tuple[int, ...]:
+    """tp, pp, dp, cp, ep and vpp from the flags, dp inferred from --gpus where given."""
     tp, pp, cp, ep, vpp = (count_flag(str(get(k) or 1), k) for k in ("tp", "pp", "cp", "ep", "vpp"))
     dp = count_flag(str(get("dp")), "dp") if get("dp") is not None else None
     if get("gpus") is not None:
@@ -399,15 +448,14 @@ def build_plan(args) -> tuple[object, dict]:
             )
         dp = inferred
     dp = dp or 1
-    if get("seq") is None or get("batch_tokens") is None and get("global_batch") is None:
-        _presets(get)  # a preset's name mistyped is said first
-    if get("seq") is None:
-        raise CLIError("--seq: give the sequence length")
-    seq = count_flag(str(get("seq")), "seq")
-    global_batch, note = _global_batch(get("batch_tokens"), get("global_batch"), seq)
-    notes = {"batch_tokens": note} if note else {}
+    return tp, pp, dp, cp, ep, vpp
+
+
+def _layout_kwargs(get, tp, pp, dp, cp, ep, vpp) -> dict:
+    """The Layout's keywords: what was typed, read; Layout owns every default of what was not."""
+    from ..core.choices import sequence_parallel_default
+
     sp = get("sequence_parallel")
-    # what was typed, read; Layout and Plan own every default of what was not
     layout = dict(
         tp=tp,
         pp=pp,
@@ -431,23 +479,12 @@ def build_plan(args) -> tuple[object, dict]:
         for k in ("pipeline_layout", "etp")
         if get(k) is not None
     }
-    plan_kw = (
-        {}
-        if get("microbatch_size") is None
-        else {"microbatch_size": count_flag(str(get("microbatch_size")), "microbatch-size")}
-    )
-    links = hardware_overrides(get) | outside_override(get)
+    return layout
 
-    import analytic as an
 
-    from ..core.values import fraction
-
-    model, hw = _presets(get)
-    layout = an.Layout(**layout)
-    tokens = get("tokens")
-    if tokens is not None and " " not in str(tokens):
-        # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
-        tokens = count_flag(str(tokens), "tokens")
+def _plan_options(get) -> dict:
+    """The Plan's keywords of precision, optimizer, MoE and TP placement that were typed."""
+    plan_kw = {}
     chosen = ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher", "routing_imbalance")
     plan_kw |= {k: get(k) for k in chosen if get(k) is not None}
     plan_kw |= bf16_layers_flag(get("bf16_layers")) | capacity_flag(
@@ -455,23 +492,4 @@ def build_plan(args) -> tuple[object, dict]:
     )
     if get("allow_cross_node_tp"):
         plan_kw["allow_cross_node_tp"] = True
-    plan = an.Plan(
-        model,
-        hw,
-        layout,
-        seq_len=seq,
-        global_batch=global_batch,
-        flash_attention=get("flash_attention"),
-        grad_dtype=get("grad_dtype"),
-        moment_dtype=get("moment_dtype"),
-        profile=get("profile"),
-        training_tokens=tokens,
-        **plan_kw,
-        **links,
-    )
-    extra = {
-        "mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
-        "text": text_config,
-        "notes": notes,
-    }
-    return plan, extra
+    return plan_kw
