@@ -125,6 +125,14 @@ class Layout:
     pipeline_layout: object = None
 
     def __post_init__(self):
+        self._read_counts()
+        self._read_recompute()
+        self._read_schedule()
+        if self.pipeline_layout is not None:
+            self._read_pipeline_layout()
+
+    def _read_counts(self) -> None:
+        """The degrees, the ZeRO stage, the flags and the optimizer's offloaded share, read."""
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             object.__setattr__(self, k, canonical(count(k, getattr(self, k))))
         object.__setattr__(self, "comm_sms", canonical(count("comm_sms", self.comm_sms, minimum=0)))
@@ -154,6 +162,9 @@ class Layout:
         object.__setattr__(
             self, "offload_optimizer", share("offload_optimizer", self.offload_optimizer)
         )
+
+    def _read_recompute(self) -> None:
+        """The recomputation policy, its layers and modules, and ZeRO-3's gathering, read."""
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         if self.recompute_layers is not None:
@@ -186,6 +197,10 @@ class Layout:
                 f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}"
             )
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
+
+    def _read_schedule(self) -> None:
+        """The schedule (implied by model chunks where not given) and what it needs of pp, vpp,
+        the expert fold and the ends of the split."""
         # model chunks imply the schedule that runs them; an explicit other one is refused
         if self.schedule is None:
             chunks = is_number(self.vpp) and self.vpp > 1
@@ -226,8 +241,6 @@ class Layout:
                 "ends_as_layers: DualPipe places both ends of the model on the same ranks; the"
                 " split is Megatron-Core's, for its 1F1B and interleaved schedules"
             )
-        if self.pipeline_layout is not None:
-            self._read_pipeline_layout()
 
     def _check_folding(self) -> None:
         """The expert layers' ETP × EP × EDP fold over the attention layers' TP × CP × DP
@@ -424,6 +437,11 @@ def check_sequence(model, seq_len) -> None:
         )
 
 
+def _numbers(*xs) -> bool:
+    """Every one of ``xs`` a number (what is still a symbol is not checked)."""
+    return all(is_number(x) for x in xs)
+
+
 def check_layout(
     model,
     layout: Layout,
@@ -440,10 +458,9 @@ def check_layout(
     (Plan, search and the strategies all use it): a LayoutError naming the first constraint that
     fails. What is still a symbol is not checked."""
     lay, m = layout, model
-    num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
-    if num(lay.tp, m.heads) and m.heads % lay.tp:
+    if _numbers(lay.tp, m.heads) and m.heads % lay.tp:
         raise LayoutError(f"tp: {lay.tp} does not divide the {m.heads} attention heads")
-    if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
+    if _numbers(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
         raise LayoutError(
             f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
             "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)"
@@ -451,22 +468,41 @@ def check_layout(
     _check_split(lay, m)
     if hybrid_refusal(m, lay.tp, lay.cp):
         raise LayoutError(hybrid_refusal(m, lay.tp, lay.cp))
-    if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
+    if _numbers(lay.dp, global_batch, microbatch_size) and global_batch % (
+        lay.dp * microbatch_size
+    ):
         raise LayoutError(
             f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
             f"microbatch_size {microbatch_size}"
         )
     mb = global_batch / (lay.dp * microbatch_size)
-    if lay.schedule == "interleaved" and num(mb, lay.pp) and mb % lay.pp:
+    if lay.schedule == "interleaved" and _numbers(mb, lay.pp) and mb % lay.pp:
         raise LayoutError(
             f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp"
             f" {lay.pp}"
         )
-    if lay.schedule == "dualpipe" and num(mb) and mb % 2:
+    if lay.schedule == "dualpipe" and _numbers(mb) and mb % 2:
         raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
-    if num(lay.cp, seq_len) and seq_len % lay.cp:
+    _check_sequence_split(lay, m, seq_len)
+    _check_experts(lay, m)
+    _check_placement(lay, scale_up_domain, allow_cross_node_tp)
+    for k in ("sequence_parallel", "async_tp"):
+        if getattr(lay, k) and _numbers(lay.tp) and lay.tp == 1:
+            raise LayoutError(f"{k}: needs tp > 1")
+    if lay.async_tp and not lay.sequence_parallel:  # Megatron-LM asserts it for --tp-comm-overlap
+        raise LayoutError(
+            "async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
+            "GEMMs; pass sequence_parallel=True"
+        )
+    if _numbers(lay.comm_sms) and lay.comm_sms and (sms is None or _numbers(sms)):
+        check_comm_sms(lay.comm_sms, sms, hardware)
+
+
+def _check_sequence_split(lay: Layout, m, seq_len) -> None:
+    """The sequence splits over CP (two chunks a rank) and, under sequence parallelism, over TP."""
+    if _numbers(lay.cp, seq_len) and seq_len % lay.cp:
         raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
-    if num(lay.cp, seq_len) and seq_len % sequence_unit(lay.cp, 1, False):
+    if _numbers(lay.cp, seq_len) and seq_len % sequence_unit(lay.cp, 1, False):
         raise LayoutError(
             f"cp: the {seq_len // lay.cp} tokens of each CP rank do not split into the two chunks"
             " load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp ="
@@ -475,7 +511,7 @@ def check_layout(
     check_sequence(m, seq_len)
     if (
         lay.sequence_parallel
-        and num(seq_len, lay.cp, lay.tp)
+        and _numbers(seq_len, lay.cp, lay.tp)
         and seq_len % sequence_unit(lay.cp, lay.tp, True)
     ):
         # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's
@@ -484,9 +520,12 @@ def check_layout(
             f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
             "sequence on each CP rank, which sequence parallelism splits over the TP ranks"
         )
-    _check_experts(lay, m)
-    g = scale_up_domain
-    if not allow_cross_node_tp and num(lay.tp, g) and lay.tp > g:
+
+
+def _check_placement(lay: Layout, g, allow_cross_node_tp: bool) -> None:
+    """TP within a scale-up domain of ``g`` GPUs (unless allowed across), and the groups of tp,
+    tp·cp and etp consecutive ranks tiling the domains."""
+    if not allow_cross_node_tp and _numbers(lay.tp, g) and lay.tp > g:
         raise LayoutError(
             f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass"
             " allow_cross_node_tp=True; CLI: --allow-cross-node-tp)"
@@ -499,28 +538,17 @@ def check_layout(
                 f"{axes}: {extent} consecutive ranks neither divide nor fill whole scale-up domains"
                 f" of {g} GPUs, so some groups would straddle two domains unevenly"
             )
-    for k in ("sequence_parallel", "async_tp"):
-        if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
-            raise LayoutError(f"{k}: needs tp > 1")
-    if lay.async_tp and not lay.sequence_parallel:  # Megatron-LM asserts it for --tp-comm-overlap
-        raise LayoutError(
-            "async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
-            "GEMMs; pass sequence_parallel=True"
-        )
-    if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
-        check_comm_sms(lay.comm_sms, sms, hardware)
 
 
 def _check_split(lay: Layout, m) -> None:
     """The layers' split over pp stages × vpp chunks: the ends as layers, or uneven end stages."""
-    num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
     slots = m.layers + 2 if lay.ends_as_layers else m.layers
-    if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > slots:
+    if _numbers(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > slots:
         raise LayoutError(
             f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers"
             + (" and the two ends" if lay.ends_as_layers else "")
         )
-    if lay.ends_as_layers and not num(lay.pp, lay.vpp, m.layers):
+    if lay.ends_as_layers and not _numbers(lay.pp, lay.vpp, m.layers):
         # a symbolic split, (L + 2)/p a stage: checked where its numbers are given, as the batch's
         # split is
         pass
@@ -539,7 +567,7 @@ def _check_split(lay: Layout, m) -> None:
     elif lay.uneven:
         _check_pipeline_layout(lay, m)
         given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
-        if not num(lay.pp, m.layers):
+        if not _numbers(lay.pp, m.layers):
             raise LayoutError(
                 "first_stage_layers/last_stage_layers: need a numeric pp and layer count"
             )
@@ -557,7 +585,7 @@ def _check_split(lay: Layout, m) -> None:
             )
         if (
             lay.pipeline_layout is None
-            and num(lay.vpp)
+            and _numbers(lay.vpp)
             and any(n % lay.vpp for n in (*given, rest // stages if stages else 0))
         ):
             raise LayoutError(
