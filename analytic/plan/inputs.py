@@ -163,8 +163,8 @@ class Inputs:
                 "flash_attention=False, or a stack that has one"
             )
         self.attention_kernels = tuple(kernels)
-        # : what recompute="selective" recomputes: "attention", "op" or None (not modelled);
-        # compiled : blocks keep less
+        #: what recompute="selective" recomputes: "attention", "op" or None (not modelled); compiled
+        #: blocks keep less
         self.selective, self.compiled_blocks = props.get("selective"), props.get(
             "compiled_blocks", False
         )
@@ -194,6 +194,13 @@ class Inputs:
         #: what the stack's layer saves beyond the fused count (choices.SAVED_EXTRAS,
         #: memory.activations.legacy.*)
         self.saved_extra = tuple(props.get("saved_extra", ()))
+        self._check_stack_runs()
+
+    def _check_stack_runs(self) -> None:
+        """What the layout asks of the stack (saved tensors, selective recomputation and its
+        modules, FP8 activations, optimizer offload), refused where the stack does not run it as
+        modelled."""
+        model, layout, props = self.model, self.layout, self.stack_properties
         if self.saved_extra and not (
             self.flash_attention and model.attention != "mla" and not model.is_moe
         ):

@@ -327,10 +327,10 @@ class Layout:
         return replace(self, **changes)
 
 
-# : how a step's DP traffic runs, the first that holds wins: (label, the least ZeRO stage, whether :
-# under a pipeline or not, None for either). Without a pipeline, sharded gradients are :
-# reduce-scattered after every microbatch and ZeRO-3 gathers twice per microbatch (per-tensor under
-# : full recomputation: three times); under one (and for ZeRO-1), once per step
+#: how a step's DP traffic runs, the first that holds wins: (label, the least ZeRO stage, whether
+#: under a pipeline or not, None for either). Without a pipeline, sharded gradients are
+#: reduce-scattered after every microbatch and ZeRO-3 gathers twice per microbatch (per-tensor under
+#: full recomputation: three times); under one (and for ZeRO-1), once per step
 DP_REGIMES = (
     ("per microbatch: RS + 2 AG", 3, False),
     ("RS every microbatch + AG", 2, False),

@@ -367,11 +367,11 @@ def _deepseek(cfg):
 # HF's layers_block_type names
 _BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 
-# : Nemotron-H fields that change no count: the SSM's step-size initialisation and limits, the
-# scan's : chunk (a kernel tile), expand (the inner width is mamba_num_heads × mamba_head_dim), the
-# : inference cache, residual precision and init, the router's score scaling and groups of one, :
-# n_shared_experts (their width is moe_shared_expert_intermediate_size); and the fields _nemotron_h
-# : reads and checks
+#: Nemotron-H fields that change no count: the SSM's step-size initialisation and limits, the scan's
+#: chunk (a kernel tile), expand (the inner width is mamba_num_heads × mamba_head_dim), the
+#: inference cache, residual precision and init, the router's score scaling and groups of one,
+#: n_shared_experts (their width is moe_shared_expert_intermediate_size); and the fields _nemotron_h
+#: reads and checks
 NEMOTRON_NEUTRAL = frozenset(
     {
         "time_step_min",
@@ -520,8 +520,8 @@ ARCHITECTURES = {
 }
 
 
-# : a field written under another name in some configs (OpenAI's own gpt-oss config.json): no
-# default : where given
+#: a field written under another name in some configs (OpenAI's own gpt-oss config.json): no default
+#: where given
 ALIASES = {"num_experts_per_tok": "experts_per_token"}
 
 
