@@ -21,6 +21,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import sympy
@@ -333,9 +334,11 @@ def enumerate_layouts(
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
-    free = (
-        lambda axis, value: pins.get(axis, value) == value
-    )  # noqa: E731 (unpinned, or pinned to value)
+
+    def free(axis, value):
+        """``axis`` unpinned, or pinned to ``value``."""
+        return pins.get(axis, value) == value
+
     rows = []
     for tp in divisors(gpus):
         if (
@@ -359,37 +362,10 @@ def enumerate_layouts(
                 dp = gpus // (tp * cp * pp)
                 if pp > model.layers or not free("pp", pp) or not free("dp", dp):
                     continue
-                # the expert layers fold ETP × EP over TP × CP × DP (their ETP tp, or the one given)
-                fold = (
-                    cp * dp
-                    if etp is None
-                    else (tp * cp * dp // etp if (tp * cp * dp) % etp == 0 else 0)
+                eps = _expert_degrees(model, tp, cp, dp, etp, free)
+                rows += _rows(
+                    model, (tp, pp, dp, cp), eps, global_batch, microbatch_sizes, schedules, vpps
                 )
-                eps = (
-                    [e for e in divisors(fold) if model.experts % e == 0 and free("ep", e)]
-                    if model.is_moe and fold
-                    else [] if model.is_moe else [1]
-                )
-                for ep in eps:
-                    for mbs in microbatch_sizes:
-                        if global_batch % (dp * mbs):
-                            continue
-                        m = global_batch // (dp * mbs)
-                        for sched in schedules:
-                            if pp == 1 and sched != "1f1b":
-                                continue
-                            if sched == "interleaved":
-                                vs = [
-                                    v
-                                    for v in vpps
-                                    if pp > 1 and m % pp == 0 and pp * v <= model.layers
-                                ]
-                            elif sched == "dualpipe":
-                                vs = [1] if pp % 2 == 0 and m % 2 == 0 else []
-                            else:
-                                vs = [1]
-                            for v in vs:
-                                rows.append((tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched)))
     degrees = np.array(rows, dtype=float).reshape(-1, 8)
     choices = np.array([(z, RECOMPUTE.index(rc)) for rc in recompute for z in zero], dtype=float)
     # every degree row with every (zero, recompute) choice
@@ -398,6 +374,38 @@ def enumerate_layouts(
     )
     columns = (*DEGREES, "schedule", "zero", "recompute")
     return {k: np.ascontiguousarray(table[:, columns.index(k)]) for k in INPUTS}
+
+
+def _expert_degrees(model: Model, tp: int, cp: int, dp: int, etp, free) -> list[int]:
+    """The EP degrees of one (tp, cp, dp): the expert layers fold ETP × EP over TP × CP × DP (their
+    ETP tp, or the one given), and EP divides the experts."""
+    fold = cp * dp if etp is None else (tp * cp * dp // etp if (tp * cp * dp) % etp == 0 else 0)
+    if not model.is_moe:
+        return [1]
+    return [e for e in divisors(fold) if model.experts % e == 0 and free("ep", e)] if fold else []
+
+
+def _rows(model: Model, degrees, eps, global_batch, microbatch_sizes, schedules, vpps) -> list:
+    """The rows of one (tp, pp, dp, cp): each EP degree, microbatch size, schedule and chunk count
+    the batch and the layers allow."""
+    tp, pp, dp, cp = degrees
+    rows = []
+    for ep in eps:
+        for mbs in microbatch_sizes:
+            if global_batch % (dp * mbs):
+                continue
+            m = global_batch // (dp * mbs)
+            for sched in schedules:
+                if pp == 1 and sched != "1f1b":
+                    continue
+                if sched == "interleaved":
+                    vs = [v for v in vpps if pp > 1 and m % pp == 0 and pp * v <= model.layers]
+                elif sched == "dualpipe":
+                    vs = [1] if pp % 2 == 0 and m % 2 == 0 else []
+                else:
+                    vs = [1]
+                rows += [(tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched)) for v in vs]
+    return rows
 
 
 #: layouts evaluated per numpy call: temporaries of 64 KiB, which malloc keeps on its heap (of
@@ -496,115 +504,142 @@ def search(
     as :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``:
     and at the limit)."""
     start = time.time()
+    return _ranked(_arguments(**{k: v for k, v in locals().items() if k != "start"}), start)
+
+
+def _arguments(**given) -> SimpleNamespace:
+    """:func:`search`'s arguments read and checked: counts as integers, flags as booleans, the
+    batch in sequences (its notes warned), the stack's properties and the choices it runs."""
+    q = SimpleNamespace(**given)
     # objects, names or a config.json path
-    model, hardware = _numeric(as_model(model)), as_hardware(hardware)
-    counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
-    counts = tuple(count("gpus", g, allow_symbol=False) for g in counts)
-    seq_len = count("seq_len", seq_len, allow_symbol=False)
-    check_sequence(model, seq_len)
-    choice("objective", objective, OBJECTIVES)
-    comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
-    choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
-    stack = default_stack(hardware.platform) if stack is None else choice("stack", stack, stacks())
-    props = read_stack(stack)
-    allocator = props["allocator"]
-    training_dtype(dtype, hardware)
-    if comm_sms:
-        check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
-    if max(counts) > MAX_GPUS:
+    q.model, q.hardware = _numeric(as_model(q.model)), as_hardware(q.hardware)
+    q.counts = distinct("gpus", q.gpus) if isinstance(q.gpus, (list, tuple)) else (q.gpus,)
+    q.counts = tuple(count("gpus", g, allow_symbol=False) for g in q.counts)
+    q.seq_len = count("seq_len", q.seq_len, allow_symbol=False)
+    check_sequence(q.model, q.seq_len)
+    choice("objective", q.objective, OBJECTIVES)
+    q.comm_sms = count("comm_sms", q.comm_sms, minimum=0, allow_symbol=False)
+    choice("zero3_gather", q.zero3_gather, ZERO3_GATHERS)
+    q.stack = (
+        default_stack(q.hardware.platform)
+        if q.stack is None
+        else choice("stack", q.stack, stacks())
+    )
+    q.props = read_stack(q.stack)
+    q.allocator = q.props["allocator"]
+    training_dtype(q.dtype, q.hardware)
+    if q.comm_sms:
+        check_comm_sms(q.comm_sms, q.hardware.sms, q.hardware.key or q.hardware.name)
+    if max(q.counts) > MAX_GPUS:
         raise InputError(
-            f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {max(counts):,}"
+            f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {max(q.counts):,}"
         )
-    global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
-    for note in notes:
-        warnings.warn(note, ReinterpretedWarning, stacklevel=2)
-    async_tp, flash_attention, progress, at_limit = (
+    q.global_batch, q.notes = search_batch(q.seq_len, q.batch_tokens, q.global_batch)
+    for note in q.notes:
+        warnings.warn(note, ReinterpretedWarning, stacklevel=3)
+    q.async_tp, q.flash_attention, q.progress, q.at_limit = (
         flag(k, v)
         for k, v in zip(
             ("async_tp", "flash_attention", "progress", "at_limit"),
-            (async_tp, flash_attention, progress, at_limit),
+            (q.async_tp, q.flash_attention, q.progress, q.at_limit),
         )
     )
-    zero, recompute, schedules = (
+    q.zero, q.recompute, q.schedules = (
         _subset(k, v, allowed)
         for k, v, allowed in (
-            ("zero", zero, ZERO_STAGES),
-            ("recompute", recompute, RECOMPUTE),
-            ("schedules", schedules, SCHEDULES),
+            ("zero", q.zero, ZERO_STAGES),
+            ("recompute", q.recompute, RECOMPUTE),
+            ("schedules", q.schedules, SCHEDULES),
         )
     )
-    zero, recompute, schedules = _stack_runs(
-        stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules
+    q.zero, q.recompute, q.schedules = _stack_runs(
+        q.stack,
+        q.props,
+        q.model,
+        q.hardware,
+        q.dtype,
+        q.flash_attention,
+        q.zero,
+        q.recompute,
+        q.schedules,
     )
-    microbatch_sizes, vpps = (
+    q.microbatch_sizes, q.vpps = (
         tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
-        for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2))
+        for name, values, least in (
+            ("microbatch_sizes", q.microbatch_sizes, 1),
+            ("vpps", q.vpps, 2),
+        )
     )
-    max_tp, max_cp, top = (
+    q.max_tp, q.max_cp, q.top = (
         None if v is None else count(name, v, allow_symbol=False)
-        for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top))
+        for name, v in (("max_tp", q.max_tp), ("max_cp", q.max_cp), ("top", q.top))
     )
-    pins = _pins(stack, props, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
-    max_cp = 1 if props.get("context_parallel") is False else max_cp
+    q.pins = _pins(q.stack, q.props, tp=q.tp, pp=q.pp, dp=q.dp, cp=q.cp, ep=q.ep)
+    q.max_cp = 1 if q.props.get("context_parallel") is False else q.max_cp
+    return q
+
+
+def _ranked(q: SimpleNamespace, start: float) -> SearchResult:
+    """The layouts of the read arguments enumerated, evaluated, judged and ranked."""
     counted, narrowed = _counted(
-        stack,
-        props,
-        (model, dtype, pins),
-        dict(zero=zero, recompute=recompute, schedules=schedules, vpps=vpps),
-        etp=etp,
-        optimizer=optimizer,
-        fp8_recipe=fp8_recipe,
-        dispatcher=dispatcher,
-        pipeline_layout=pipeline_layout,
-        bf16_layers=bf16_layers,
-        grad_dtype=grad_dtype,
-        moment_dtype=moment_dtype,
-        expert_capacity=expert_capacity,
-        pad_to_capacity=pad_to_capacity,
-        routing_imbalance=routing_imbalance,
-        layout_options=layout_options,
+        q.stack,
+        q.props,
+        (q.model, q.dtype, q.pins),
+        dict(zero=q.zero, recompute=q.recompute, schedules=q.schedules, vpps=q.vpps),
+        etp=q.etp,
+        optimizer=q.optimizer,
+        fp8_recipe=q.fp8_recipe,
+        dispatcher=q.dispatcher,
+        pipeline_layout=q.pipeline_layout,
+        bf16_layers=q.bf16_layers,
+        grad_dtype=q.grad_dtype,
+        moment_dtype=q.moment_dtype,
+        expert_capacity=q.expert_capacity,
+        pad_to_capacity=q.pad_to_capacity,
+        routing_imbalance=q.routing_imbalance,
+        layout_options=q.layout_options,
     )
     arrays = _layouts(
-        model,
-        hardware,
-        props,
-        counts,
-        seq_len=seq_len,
-        global_batch=global_batch,
-        microbatch_sizes=microbatch_sizes,
-        max_tp=max_tp,
-        max_cp=max_cp,
-        pins=pins,
+        q.model,
+        q.hardware,
+        q.props,
+        q.counts,
+        seq_len=q.seq_len,
+        global_batch=q.global_batch,
+        microbatch_sizes=q.microbatch_sizes,
+        max_tp=q.max_tp,
+        max_cp=q.max_cp,
+        pins=q.pins,
         etp=counted.get("etp"),
         explicit="pp" in counted,
         **narrowed,
     )
     out, built = _evaluated(
         arrays,
-        progress,
-        model,
-        hardware,
-        seq_len,
-        global_batch,
-        dtype,
-        flash_attention,
-        async_tp,
-        comm_sms,
-        zero3_gather,
-        stack,
+        q.progress,
+        q.model,
+        q.hardware,
+        q.seq_len,
+        q.global_batch,
+        q.dtype,
+        q.flash_attention,
+        q.async_tp,
+        q.comm_sms,
+        q.zero3_gather,
+        q.stack,
         counted,
     )
     outside = _judged(
-        arrays, out, hardware, dtype, global_batch * seq_len, allocator, outside_bytes
+        arrays, out, q.hardware, q.dtype, q.global_batch * q.seq_len, q.allocator, q.outside_bytes
     )
-    order, n_fit = ranking(arrays, objective, at_limit)
-    keep = order[: (n_fit if top is None else min(top, n_fit))]
+    order, n_fit = ranking(arrays, q.objective, q.at_limit)
+    keep = order[: (n_fit if q.top is None else min(q.top, n_fit))]
     fixed = {
-        "async_tp": bool(async_tp),
-        "comm_sms": comm_sms,
-        "zero3_gather": zero3_gather,
-        "ratios": _interval(stack),
-        "stack": stack,
+        "async_tp": bool(q.async_tp),
+        "comm_sms": q.comm_sms,
+        "zero3_gather": q.zero3_gather,
+        "ratios": _interval(q.stack),
+        "stack": q.stack,
         "fp8_recipe": counted["fp8_recipe"],
     }
     others = {k: counted.get(k) for k in COUNTED if k != "fp8_recipe"}
@@ -615,8 +650,8 @@ def search(
         seconds=time.time() - start,
         arrays=arrays,
         compiled=built,
-        notes=notes,
-        objective=objective,
+        notes=q.notes,
+        objective=q.objective,
         outside=outside,
         counted=others,
         **fixed,
