@@ -281,7 +281,8 @@ def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
             **{
                 k: v
                 for k, v in search_kw.items()
-                if k in (
+                if k
+                in (
                     "dtype",
                     "flash_attention",
                     "async_tp",
@@ -578,28 +579,8 @@ def codesign(
     global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
     size = count("chunk", chunk, allow_symbol=False) if chunk is not None else None
     pts = points(hardware, grids, search_kw.get("dtype", "bf16"), force=force)
-    indexed = [(i, values, hw) for i, (values, hw) in enumerate(pts)]
-    with _client(scheduler) as client:  # the scheduler answers before the programs are built
-        start = time.perf_counter()
-        work = (models, pts[0][1], seq_len, global_batch, search_kw)
-        _prepare(*work)  # the programs once, here, and in every worker before a task reads them
-        if client is not None:
-            client.run(_prepare, *work)
-        workers = 1 if client is None else max(1, sum(client.nthreads().values()))
-        job = (gpus, seq_len, global_batch, objective, keep, search_kw)
-        if client is not None and size is None and workers > 1:
-            results = _on_cluster(models, indexed, job, client, workers)
-        else:
-            cut = _bounds(len(indexed), size, workers, 0.0)
-            results = _run(
-                [
-                    (_chunk, (m, indexed[lo:hi], *job))
-                    for m in models
-                    for lo, hi in zip(cut, cut[1:])
-                ],
-                client,
-            )
-        seconds = time.perf_counter() - start
+    job = (gpus, seq_len, global_batch, objective, keep, search_kw)
+    results, seconds = _swept(models, pts, job, scheduler, size)
     frame = _frame(
         results,
         list(pts[0][0]),
@@ -616,6 +597,34 @@ def codesign(
     if out is not None:
         write_parquet(frame, out)
     return frame
+
+
+def _swept(models, pts, job: tuple, scheduler, size) -> tuple[list, float]:
+    """Every point of ``pts`` searched for every model, in this process or on the scheduler's
+    workers, and the seconds it took (the programs prepared first, everywhere)."""
+    indexed = [(i, values, hw) for i, (values, hw) in enumerate(pts)]
+    with _client(scheduler) as client:  # the scheduler answers before the programs are built
+        start = time.perf_counter()
+        _, seq_len, global_batch, _, _, search_kw = job
+        work = (models, pts[0][1], seq_len, global_batch, search_kw)
+        _prepare(*work)  # the programs once, here, and in every worker before a task reads them
+        if client is not None:
+            client.run(_prepare, *work)
+        workers = 1 if client is None else max(1, sum(client.nthreads().values()))
+        if client is not None and size is None and workers > 1:
+            results = _on_cluster(models, indexed, job, client, workers)
+        else:
+            cut = _bounds(len(indexed), size, workers, 0.0)
+            results = _run(
+                [
+                    (_chunk, (m, indexed[lo:hi], *job))
+                    for m in models
+                    for lo, hi in zip(cut, cut[1:])
+                ],
+                client,
+            )
+        seconds = time.perf_counter() - start
+    return results, seconds
 
 
 def _frame(results: list, varied: list[str], **attrs):
