@@ -112,9 +112,34 @@ def constants_table(folder: Path) -> list[str]:
     return rows
 
 
+def _esc(s) -> str:
+    """A table cell: pipes escaped, on one line."""
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+#: the report's sections, by kind of case
+TITLES = {
+    "identity": "Identities (published closed forms and values)",
+    "derived": "Derived (published numbers from published inputs)",
+    "predicted": "Predicted (measured; leave-one-source-out)",
+    "memory": (
+        "Memory (measured peaks per GPU against the fullest stage times the allocator's"
+        " reserve, its source left out)"
+    ),
+    "oom": (
+        "Out of memory (published runs that did not fit: the model must put their count above"
+        " the HBM)"
+    ),
+    "outside": (
+        "Outside the allocator (the device's memory less the allocator's reserved and the free"
+        " memory; ours: the mean of the other sources)"
+    ),
+    "claim": "Claims of the source text",
+}
+
+
 def markdown(results: list[Result], folder: Path | None = None) -> str:
     """The report; with ``folder`` (the cases' folder), also the constants' identifiability."""
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     out = [
         "# Validation report",
         "",
@@ -127,158 +152,164 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
         "",
     ]
     out += [f"- {line}" for line in summary(results)]
-    titles = {
-        "identity": "Identities (published closed forms and values)",
-        "derived": "Derived (published numbers from published inputs)",
-        "predicted": "Predicted (measured; leave-one-source-out)",
-        "memory": (
-            "Memory (measured peaks per GPU against the fullest stage times the allocator's"
-            " reserve, its source left out)"
-        ),
-        "oom": (
-            "Out of memory (published runs that did not fit: the model must put their count above"
-            " the HBM)"
-        ),
-        "outside": (
-            "Outside the allocator (the device's memory less the allocator's reserved and the free"
-            " memory; ours: the mean of the other sources)"
-        ),
-        "claim": "Claims of the source text",
-    }
-    for kind, title in titles.items():
+    sections = {"predicted": lambda rs: _predicted(rs, folder), "memory": _memory}
+    for kind, title in TITLES.items():
         rs = [r for r in results if r.kind == kind]
         out += ["", f"## {title}", ""]
-        if kind == "predicted":
-            out += [
-                (
-                    "Ours is the leave-one-source-out prediction (LOSO): the constants are fitted"
-                    " on the fitted cases of every other source (group), so rows of one table never"
-                    " predict each other. Every error is that of the predicted step time,"
-                    " (predicted − measured)/measured, whatever quantity the source printed (a"
-                    " throughput varies as 1/step time): positive is too slow. The status is its"
-                    " error against the case's tolerance. Beside it: leave-one-case-out (LOO),"
-                    " in-fit (the constants fitted on every fitted case, which are the shipped"
-                    " ones) and the compute-only baseline (the step as its compute alone, one"
-                    " efficiency per stack family, its source left out too)."
-                ),
-                "",
-                (
-                    "*Inside* counts the cases whose measured step time falls in the"
-                    f" {calibration.COVERAGE:.0%} interval every printed prediction carries"
-                    " (calibration.toml's [interval], from the fitted cases' leave-one-source-out"
-                    " predictions)."
-                ),
-                "",
-                (
-                    "| source | cases | inside | LOSO mean | LOSO max | baseline mean | baseline"
-                    " max | LOO mean | in-fit mean |"
-                ),
-                "|---|---|---|---|---|---|---|---|---|",
-            ]
-            for g, s in statistics(rs)["predicted"]["all"]["sources"].items():
-                out.append(
-                    f"| {g} | {s['count']} | {s['in_interval']} |"
-                    f" {_pct(s['leave_one_source_out_mean'])} |"
-                    f" {_pct(s['leave_one_source_out_max'])} |"
-                    f" {_pct(s['baseline_leave_one_source_out_mean'])} |"
-                    f" {_pct(s['baseline_leave_one_source_out_max'])} |"
-                    f" {_pct(s['leave_one_out_mean'])} | {_pct(s['in_fit_mean'])} |"
-                )
-            out += [
-                "",
-                (
-                    "| id | source group | quantity | published | ours (LOSO) | LOSO error | LOO"
-                    " error | in-fit error | baseline error | status | source | assumptions |"
-                ),
-                "|---|---|---|---|---|---|---|---|---|---|---|---|",
-            ]
-            for r in rs:
-                notes = "; ".join(r.extra["assumptions"]) + (f" — {r.reason}" if r.reason else "")
-                out.append(
-                    f"| {r.id} | {r.extra['group']} | {esc(r.quantity)} | {esc(r.published)} |"
-                    f" {esc(r.ours)} | {_pct(r.error)} | {_pct(r.extra['leave_one_out_error'])} |"
-                    f" {_pct(r.extra['in_fit_error'])} | {_pct(r.extra['baseline_error'])} |"
-                    f" {r.status} | {esc(r.source)} | {esc(notes)} |"
-                )
-            alternatives = [r for r in rs if r.extra["readings"]]
-            if alternatives:
-                out += [
-                    "",
-                    "### Readings a source does not state",
-                    "",
-                    (
-                        "A case keeps the reading its assumptions give (first row, marked *as"
-                        " assumed*); each other plausible reading is predicted beside it with the"
-                        " shipped constants (in-fit), so the sensitivity shows and no reading is"
-                        " chosen by its error."
-                    ),
-                    "",
-                    "| id | reading | in-fit error |",
-                    "|---|---|---|",
-                ]
-                for r in alternatives:
-                    out.append(f"| {r.id} | as assumed | {_pct(r.extra['in_fit_error'])} |")
-                    out += [
-                        f"| {r.id} | {esc(a['reading'])} | {_pct(a['error'])} |"
-                        for a in r.extra["readings"]
-                    ]
-            if folder is not None:
-                out += [
-                    "",
-                    "### Fitted constants",
-                    "",
-                    (
-                        "Each constant's standard error comes from the Jacobian of the log"
-                        " residuals at the optimum; a relative error near or above 100% means the"
-                        " cases do not pin the constant down."
-                    ),
-                    "",
-                ]
-                out += constants_table(folder)
-            continue
-        # by source, like the predicted cases; the count alone beside the prediction
-        if kind == "memory":
-            out += [
-                (
-                    "Mean and max are the absolute errors of the prediction, the reserve fitted"
-                    " with the peak's source left out; beside them the count alone's and the in-fit"
-                    " prediction's (the reserve fitted on every peak, the shipped one)."
-                ),
-                "",
-                (
-                    "| source | peaks | within | mean | max | count alone: mean | count alone: max"
-                    " | in-fit mean |"
-                ),
-                "|---|---|---|---|---|---|---|---|",
-            ]
-            for g, s in statistics(rs)["memory"]["sources"].items():
-                out.append(
-                    f"| {g} | {s['count']} | {s['within']} | {_pct(s['mean'])} | {_pct(s['max'])} |"
-                    f" {_pct(s['count_mean'])} | {_pct(s['count_max'])} |"
-                    f" {_pct(s['in_fit_mean'])} |"
-                )
-            out += [
-                "",
-                (
-                    "| id | quantity | published | ours | error | count alone | its error | status"
-                    " | source | reason |"
-                ),
-                "|---|---|---|---|---|---|---|---|---|---|",
-            ]
-            out += [
-                f"| {r.id} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} |"
-                f" {_pct(r.error)} | {esc(r.extra['count'])} | {_pct(r.extra['count_error'])} |"
-                f" {r.status} | {esc(r.source)} | {esc(r.reason)} |"
-                for r in rs
-            ]
-            continue
-        out += [
-            "| id | quantity | published | ours | error | status | source | reason |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for r in rs:
-            out.append(
-                f"| {r.id} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} |"
-                f" {_pct(r.error)} | {r.status} | {esc(r.source)} | {esc(r.reason)} |"
-            )
+        out += sections.get(kind, _plain)(rs)
     return "\n".join(out) + "\n"
+
+
+def _predicted(rs: list[Result], folder) -> list[str]:
+    """The predicted cases: by source, one row a case, the readings a source does not state and
+    (with the cases' ``folder``) the fitted constants."""
+    out = []
+    out += [
+        (
+            "Ours is the leave-one-source-out prediction (LOSO): the constants are fitted"
+            " on the fitted cases of every other source (group), so rows of one table never"
+            " predict each other. Every error is that of the predicted step time,"
+            " (predicted − measured)/measured, whatever quantity the source printed (a"
+            " throughput varies as 1/step time): positive is too slow. The status is its"
+            " error against the case's tolerance. Beside it: leave-one-case-out (LOO),"
+            " in-fit (the constants fitted on every fitted case, which are the shipped"
+            " ones) and the compute-only baseline (the step as its compute alone, one"
+            " efficiency per stack family, its source left out too)."
+        ),
+        "",
+        (
+            "*Inside* counts the cases whose measured step time falls in the"
+            f" {calibration.COVERAGE:.0%} interval every printed prediction carries"
+            " (calibration.toml's [interval], from the fitted cases' leave-one-source-out"
+            " predictions)."
+        ),
+        "",
+        (
+            "| source | cases | inside | LOSO mean | LOSO max | baseline mean | baseline"
+            " max | LOO mean | in-fit mean |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for g, s in statistics(rs)["predicted"]["all"]["sources"].items():
+        out.append(
+            f"| {g} | {s['count']} | {s['in_interval']} |"
+            f" {_pct(s['leave_one_source_out_mean'])} |"
+            f" {_pct(s['leave_one_source_out_max'])} |"
+            f" {_pct(s['baseline_leave_one_source_out_mean'])} |"
+            f" {_pct(s['baseline_leave_one_source_out_max'])} |"
+            f" {_pct(s['leave_one_out_mean'])} | {_pct(s['in_fit_mean'])} |"
+        )
+    out += [
+        "",
+        (
+            "| id | source group | quantity | published | ours (LOSO) | LOSO error | LOO"
+            " error | in-fit error | baseline error | status | source | assumptions |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        notes = "; ".join(r.extra["assumptions"]) + (f" — {r.reason}" if r.reason else "")
+        out.append(
+            f"| {r.id} | {r.extra['group']} | {_esc(r.quantity)} | {_esc(r.published)} |"
+            f" {_esc(r.ours)} | {_pct(r.error)} | {_pct(r.extra['leave_one_out_error'])} |"
+            f" {_pct(r.extra['in_fit_error'])} | {_pct(r.extra['baseline_error'])} |"
+            f" {r.status} | {_esc(r.source)} | {_esc(notes)} |"
+        )
+    out += _readings(rs)
+    if folder is not None:
+        out += [
+            "",
+            "### Fitted constants",
+            "",
+            (
+                "Each constant's standard error comes from the Jacobian of the log"
+                " residuals at the optimum; a relative error near or above 100% means the"
+                " cases do not pin the constant down."
+            ),
+            "",
+        ]
+        out += constants_table(folder)
+    return out
+
+
+def _readings(rs: list[Result]) -> list[str]:
+    """Each case's other plausible readings beside the one it keeps."""
+    out = []
+    alternatives = [r for r in rs if r.extra["readings"]]
+    if alternatives:
+        out += [
+            "",
+            "### Readings a source does not state",
+            "",
+            (
+                "A case keeps the reading its assumptions give (first row, marked *as"
+                " assumed*); each other plausible reading is predicted beside it with the"
+                " shipped constants (in-fit), so the sensitivity shows and no reading is"
+                " chosen by its error."
+            ),
+            "",
+            "| id | reading | in-fit error |",
+            "|---|---|---|",
+        ]
+        for r in alternatives:
+            out.append(f"| {r.id} | as assumed | {_pct(r.extra['in_fit_error'])} |")
+            out += [
+                f"| {r.id} | {_esc(a['reading'])} | {_pct(a['error'])} |"
+                for a in r.extra["readings"]
+            ]
+    return out
+
+
+def _memory(rs: list[Result]) -> list[str]:
+    """The memory cases by source, like the predicted ones, the count alone beside the
+    prediction."""
+    out = []
+    out += [
+        (
+            "Mean and max are the absolute errors of the prediction, the reserve fitted"
+            " with the peak's source left out; beside them the count alone's and the in-fit"
+            " prediction's (the reserve fitted on every peak, the shipped one)."
+        ),
+        "",
+        (
+            "| source | peaks | within | mean | max | count alone: mean | count alone: max"
+            " | in-fit mean |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for g, s in statistics(rs)["memory"]["sources"].items():
+        out.append(
+            f"| {g} | {s['count']} | {s['within']} | {_pct(s['mean'])} | {_pct(s['max'])} |"
+            f" {_pct(s['count_mean'])} | {_pct(s['count_max'])} |"
+            f" {_pct(s['in_fit_mean'])} |"
+        )
+    out += [
+        "",
+        (
+            "| id | quantity | published | ours | error | count alone | its error | status"
+            " | source | reason |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {r.id} | {_esc(r.quantity)} | {_esc(r.published)} | {_esc(r.ours)} |"
+        f" {_pct(r.error)} | {_esc(r.extra['count'])} | {_pct(r.extra['count_error'])} |"
+        f" {r.status} | {_esc(r.source)} | {_esc(r.reason)} |"
+        for r in rs
+    ]
+    return out
+
+
+def _plain(rs: list[Result]) -> list[str]:
+    """A row a case."""
+    out = []
+    out += [
+        "| id | quantity | published | ours | error | status | source | reason |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        out.append(
+            f"| {r.id} | {_esc(r.quantity)} | {_esc(r.published)} | {_esc(r.ours)} |"
+            f" {_pct(r.error)} | {r.status} | {_esc(r.source)} | {_esc(r.reason)} |"
+        )
+    return out
