@@ -426,29 +426,7 @@ def _nemotron_h(cfg):
     LatentMoE where ``moe_latent_size`` is given, no position embedding (NVIDIA 2025, Nemotron-H
     arXiv 2504.03624 §2; Nemotron 3 Nano arXiv 2512.20848 §2)."""
     pattern = _pattern(cfg, "hybrid_override_pattern", "layers_block_type")
-    if _count(cfg, "n_group", 1) != 1 or _count(cfg, "topk_group", 1) != 1:
-        raise InputError(
-            "config: n_group / topk_group other than 1 (group-limited routing) is not mapped for"
-            " nemotron_h"
-        )
-    if not pattern:
-        raise InputError("config: nemotron_h needs hybrid_override_pattern (or layers_block_type)")
-    if _count(cfg, "num_hidden_layers", len(pattern)) != len(pattern):
-        raise InputError(
-            f"config: num_hidden_layers {cfg['num_hidden_layers']} ≠ the pattern's {len(pattern)}"
-            " layers"
-        )
-    if _text(cfg, "mlp_hidden_act", "relu2") != "relu2":
-        raise InputError(
-            f"config: mlp_hidden_act {_value(cfg['mlp_hidden_act'])}: Nemotron-H is mapped with"
-            " relu2"
-        )
-    for key, expected in (("use_bias", False), ("mamba_proj_bias", False), ("use_conv_bias", True)):
-        if _flag(cfg, key, expected) != expected:
-            raise InputError(
-                f"config: {key} {str(not expected).lower()} is not modelled (Mamba-2 counted with "
-                "biases on the convolution only)"
-            )
+    _check_nemotron_h(cfg, pattern)
     out = _dense(
         {
             **{k: v for k, v in cfg.items() if k != "num_hidden_layers"},
@@ -489,7 +467,12 @@ def _nemotron_h(cfg):
             " ('*E')"
         )
     out["mtp_modules"] = mtp
-    return out, DENSE_FIELDS | NEMOTRON_NEUTRAL | {
+    return out, DENSE_FIELDS | NEMOTRON_NEUTRAL | NEMOTRON_READ
+
+
+#: the Nemotron-H fields _nemotron_h reads beyond a dense model's
+NEMOTRON_READ = frozenset(
+    {
         "mamba_num_heads",
         "mamba_head_dim",
         "ssm_state_size",
@@ -502,6 +485,34 @@ def _nemotron_h(cfg):
         "moe_latent_size",
         "num_nextn_predict_layers",
     }
+)
+
+
+def _check_nemotron_h(cfg, pattern: str) -> None:
+    """What a Nemotron-H config may hold that the mapping does not model, refused."""
+    if _count(cfg, "n_group", 1) != 1 or _count(cfg, "topk_group", 1) != 1:
+        raise InputError(
+            "config: n_group / topk_group other than 1 (group-limited routing) is not mapped for"
+            " nemotron_h"
+        )
+    if not pattern:
+        raise InputError("config: nemotron_h needs hybrid_override_pattern (or layers_block_type)")
+    if _count(cfg, "num_hidden_layers", len(pattern)) != len(pattern):
+        raise InputError(
+            f"config: num_hidden_layers {cfg['num_hidden_layers']} ≠ the pattern's {len(pattern)}"
+            " layers"
+        )
+    if _text(cfg, "mlp_hidden_act", "relu2") != "relu2":
+        raise InputError(
+            f"config: mlp_hidden_act {_value(cfg['mlp_hidden_act'])}: Nemotron-H is mapped with"
+            " relu2"
+        )
+    for key, expected in (("use_bias", False), ("mamba_proj_bias", False), ("use_conv_bias", True)):
+        if _flag(cfg, key, expected) != expected:
+            raise InputError(
+                f"config: {key} {str(not expected).lower()} is not modelled (Mamba-2 counted with "
+                "biases on the convolution only)"
+            )
 
 
 #: model_type → mapping
