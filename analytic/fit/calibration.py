@@ -382,56 +382,66 @@ def render(
         if e["name"].startswith(f"{FITTED}:")
     }
     lines += ["", f"[{FITTED}_stderr]"] + [f'"{k}" = {v:.6f}' for k, v in sorted(errors.items())]
-    if ratios is not None:
-        lines += [
-            "",
-            "[interval]",
-            (
-                f'basis = "measured/predicted step time of the {len(cases)} cases, each predicted'
-                f" with its source left out of the fit ({len({c.group for c in cases})} sources):"
-                f' quantiles {(1 - COVERAGE) / 2:g} and {(1 + COVERAGE) / 2:g}"'
-            ),
-            f"coverage = {COVERAGE}",
-            f"low = {ratios[0]:.6f}",
-            f"high = {ratios[1]:.6f}",
-        ]
-    if memory is not None:
-        lines += [
-            "",
-            "[memory]",
-            f"basis = \"measured peak memory per GPU (the allocator's maximum reserved) over the"
-            f" count of the "
-            f'run\'s fullest stage, {memory["count"]} measured peaks (the memory cases of'
-            f' {source.split("/")[0]}/) '
-            f'({memory["sources"]} sources): reserve is its mean in log, each source weighted'
-            " equally; low and "
-            "high the smallest and largest measured/predicted peak, each predicted with its source"
-            ' left out"',
-            f'allocator = "{memory["allocator"]}"',
-            (
-                f"stacks = [{', '.join(chr(34) + name + chr(34) for name in memory['stacks'])}]  #"
-                " the runs' stacks"
-            ),
-            f"reserve = {memory['reserve']:.6f}",
-            f"reserve_log_stderr = {memory['reserve_log_stderr']:.6f}",
-            f"low = {memory['low']:.6f}",
-            f"high = {memory['high']:.6f}",
-        ]
-        if outside is not None and outside["allocator"] == memory["allocator"]:
-            lines += [
-                f"outside_basis = \"the device's memory less the allocator's reserved and the free"
-                f" memory, "
-                f'{outside["count"]} snapshots of training processes (the outside cases of'
-                f' {source.split("/")[0]}/) '
-                f'({outside["sources"]} sources): outside_bytes is their mean, each source weighted'
-                " equally, "
-                'with its standard error; low and high the smallest and largest snapshot"',
-                f"outside_bytes = {outside['outside']:.0f}",
-                f"outside_stderr_bytes = {outside['stderr']:.0f}",
-                f"outside_low_bytes = {outside['low']:.0f}",
-                f"outside_high_bytes = {outside['high']:.0f}",
-            ]
+    lines += [] if ratios is None else _interval_lines(ratios, cases)
+    lines += [] if memory is None else _memory_lines(memory, outside, source)
     return "\n".join(lines + _routing_lines(routing, source.split("/")[0])) + "\n"
+
+
+def _interval_lines(ratios: tuple[float, float], cases: list[Case]) -> list[str]:
+    """[interval]: the quantiles of measured/predicted step time, each case's source left out."""
+    return [
+        "",
+        "[interval]",
+        (
+            f'basis = "measured/predicted step time of the {len(cases)} cases, each predicted'
+            f" with its source left out of the fit ({len({c.group for c in cases})} sources):"
+            f' quantiles {(1 - COVERAGE) / 2:g} and {(1 + COVERAGE) / 2:g}"'
+        ),
+        f"coverage = {COVERAGE}",
+        f"low = {ratios[0]:.6f}",
+        f"high = {ratios[1]:.6f}",
+    ]
+
+
+def _memory_lines(memory: dict, outside: dict | None, source: str) -> list[str]:
+    """[memory]: the allocator's reserve over the count and, for the same allocator, the memory
+    outside it."""
+    lines = [
+        "",
+        "[memory]",
+        f"basis = \"measured peak memory per GPU (the allocator's maximum reserved) over the"
+        f" count of the "
+        f'run\'s fullest stage, {memory["count"]} measured peaks (the memory cases of'
+        f' {source.split("/")[0]}/) '
+        f'({memory["sources"]} sources): reserve is its mean in log, each source weighted'
+        " equally; low and "
+        "high the smallest and largest measured/predicted peak, each predicted with its source"
+        ' left out"',
+        f'allocator = "{memory["allocator"]}"',
+        (
+            f"stacks = [{', '.join(chr(34) + name + chr(34) for name in memory['stacks'])}]  #"
+            " the runs' stacks"
+        ),
+        f"reserve = {memory['reserve']:.6f}",
+        f"reserve_log_stderr = {memory['reserve_log_stderr']:.6f}",
+        f"low = {memory['low']:.6f}",
+        f"high = {memory['high']:.6f}",
+    ]
+    if outside is not None and outside["allocator"] == memory["allocator"]:
+        lines += [
+            f"outside_basis = \"the device's memory less the allocator's reserved and the free"
+            f" memory, "
+            f'{outside["count"]} snapshots of training processes (the outside cases of'
+            f' {source.split("/")[0]}/) '
+            f'({outside["sources"]} sources): outside_bytes is their mean, each source weighted'
+            " equally, "
+            'with its standard error; low and high the smallest and largest snapshot"',
+            f"outside_bytes = {outside['outside']:.0f}",
+            f"outside_stderr_bytes = {outside['stderr']:.0f}",
+            f"outside_low_bytes = {outside['low']:.0f}",
+            f"outside_high_bytes = {outside['high']:.0f}",
+        ]
+    return lines
 
 
 def _routing_lines(routing: dict | None, folder: str) -> list[str]:

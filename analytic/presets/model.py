@@ -88,19 +88,33 @@ class Model:
     moe_latent: object = 0
 
     def __post_init__(self):
-        set_ = lambda k, v: object.__setattr__(
-            self, k, canonical(v)
-        )  # noqa: E731 (a user's Symbol("layers") as ours)
+        self._read_shape()
+        self._read_experts()
+        self._read_attention()
+        self._check_hybrid()
+        self._set("attention_sinks", flag("attention_sinks", self.attention_sinks))
+        self._set("expert_bias", flag("expert_bias", self.expert_bias))
+        if self.expert_bias and not self.experts:
+            raise InputError("expert_bias: a dense model (experts = 0) has no experts to bias")
+
+    def _set(self, k: str, v) -> None:
+        """A field of the frozen model set, a user's Symbol("layers") as ours."""
+        object.__setattr__(self, k, canonical(v))
+
+    def _read_shape(self) -> None:
+        """The widths, heads, norm, biases and positions, read and checked."""
         for k in ("layers", "hidden", "heads", "vocab"):
-            set_(k, count(k, getattr(self, k)))
-        set_("mlp", choice("mlp", self.mlp, _MLPS))
-        set_("position", choice("position", self.position, _POSITIONS))
-        set_("attention", choice("attention", self.attention, _ATTENTIONS))
-        set_(
+            self._set(k, count(k, getattr(self, k)))
+        self._set("mlp", choice("mlp", self.mlp, _MLPS))
+        self._set("position", choice("position", self.position, _POSITIONS))
+        self._set("attention", choice("attention", self.attention, _ATTENTIONS))
+        self._set(
             "ffn_hidden",
             count("ffn_hidden", 4 * self.hidden if self.ffn_hidden is None else self.ffn_hidden),
         )
-        set_("kv_heads", count("kv_heads", self.heads if self.kv_heads is None else self.kv_heads))
+        self._set(
+            "kv_heads", count("kv_heads", self.heads if self.kv_heads is None else self.kv_heads)
+        )
         if self.head_dim is None:
             if (
                 isinstance(self.hidden, int)
@@ -111,7 +125,7 @@ class Model:
                     f"head_dim: hidden {self.hidden} is not divisible by heads {self.heads}; give"
                     " head_dim"
                 )
-            set_(
+            self._set(
                 "head_dim",
                 (
                     self.hidden // self.heads
@@ -119,7 +133,7 @@ class Model:
                     else self.hidden / self.heads
                 ),
             )
-        set_("head_dim", count("head_dim", self.head_dim))
+        self._set("head_dim", count("head_dim", self.head_dim))
         if (
             isinstance(self.heads, int)
             and isinstance(self.kv_heads, int)
@@ -128,14 +142,14 @@ class Model:
             raise InputError(
                 f"kv_heads: heads {self.heads} is not divisible by kv_heads {self.kv_heads}"
             )
-        set_(
+        self._set(
             "norm",
             choice("norm", self.norm or ("layernorm" if self.mlp == "gelu" else "rmsnorm"), _NORMS),
         )
-        set_("bias", (self.mlp == "gelu") if self.bias is None else flag("bias", self.bias))
-        set_("tied_embeddings", flag("tied_embeddings", self.tied_embeddings))
-        set_("qk_norm", flag("qk_norm", self.qk_norm))
-        set_("qkv_bias", flag("qkv_bias", self.qkv_bias))
+        self._set("bias", (self.mlp == "gelu") if self.bias is None else flag("bias", self.bias))
+        self._set("tied_embeddings", flag("tied_embeddings", self.tied_embeddings))
+        self._set("qk_norm", flag("qk_norm", self.qk_norm))
+        self._set("qkv_bias", flag("qkv_bias", self.qkv_bias))
         if self.qkv_bias and self.bias:
             raise InputError(
                 "qkv_bias: bias=True already counts the QKV biases (and the output projection's)"
@@ -145,7 +159,11 @@ class Model:
                 raise InputError(
                     "max_seq_len: required with position='learned' (it sizes the position table)"
                 )
-            set_("max_seq_len", count("max_seq_len", self.max_seq_len))
+            self._set("max_seq_len", count("max_seq_len", self.max_seq_len))
+
+    def _read_experts(self) -> None:
+        """The experts, their routing and widths, and the counts of MLA and MTP, read and
+        checked."""
         for k in (
             "experts",
             "topk",
@@ -157,7 +175,7 @@ class Model:
             "nodes_per_token",
             "mtp_modules",
         ):
-            set_(k, count(k, getattr(self, k), minimum=0))
+            self._set(k, count(k, getattr(self, k), minimum=0))
         if self.experts:
             if not self.topk:
                 raise InputError("topk: an MoE model (experts > 0) needs topk ≥ 1")
@@ -167,7 +185,7 @@ class Model:
                 and self.topk > self.experts
             ):
                 raise InputError(f"topk: {self.topk} exceeds experts {self.experts}")
-            set_(
+            self._set(
                 "expert_ffn_hidden",
                 count(
                     "expert_ffn_hidden",
@@ -184,6 +202,9 @@ class Model:
             raise InputError(
                 "experts: topk or shared_experts given for a dense model (experts = 0)"
             )
+
+    def _read_attention(self) -> None:
+        """MLA's ranks, RoPE's even dimensions and the sliding window, checked."""
         if self.attention == "mla" and not (
             self.q_lora_rank and self.kv_lora_rank and self.rope_dim
         ):
@@ -200,9 +221,9 @@ class Model:
                 f"{rotated}: rotary embeddings rotate pairs of dimensions; {getattr(self, rotated)}"
                 " is odd"
             )
-        set_("sliding_window", count("sliding_window", self.sliding_window, minimum=0))
+        self._set("sliding_window", count("sliding_window", self.sliding_window, minimum=0))
         if self.sliding_layers is not None:
-            set_("sliding_layers", count("sliding_layers", self.sliding_layers, minimum=0))
+            self._set("sliding_layers", count("sliding_layers", self.sliding_layers, minimum=0))
             if not self.sliding_window:
                 raise InputError("sliding_layers: given without a sliding_window")
         if (
@@ -211,15 +232,10 @@ class Model:
             and self.sliding_layers > self.layers
         ):
             raise InputError(f"sliding_layers: {self.sliding_layers} exceeds layers {self.layers}")
-        self._check_hybrid(set_)
-        set_("attention_sinks", flag("attention_sinks", self.attention_sinks))
-        set_("expert_bias", flag("expert_bias", self.expert_bias))
-        if self.expert_bias and not self.experts:
-            raise InputError("expert_bias: a dense model (experts = 0) has no experts to bias")
 
-    def _check_hybrid(self, set_):
+    def _check_hybrid(self):
         """Validate the hybrid pattern, the Mamba-2 sizes and LatentMoE's width."""
-        set_("moe_latent", count("moe_latent", self.moe_latent, minimum=0))
+        self._set("moe_latent", count("moe_latent", self.moe_latent, minimum=0))
         if self.moe_latent and (not self.experts or self.mlp_formulas == "swiglu"):
             raise InputError(
                 "moe_latent: LatentMoE is counted for an MoE model with ungated experts"
@@ -246,7 +262,7 @@ class Model:
         if isinstance(self.layers, int) and len(p) != self.layers:
             raise InputError(f"layer_pattern: {len(p)} layers, but layers is {self.layers}")
         for k in ssm:
-            set_(k, count(k, getattr(self, k), minimum=1 if "M" in p else 0))
+            self._set(k, count(k, getattr(self, k), minimum=1 if "M" in p else 0))
         if (
             isinstance(self.ssm_heads, int)
             and isinstance(self.ssm_groups, int)
@@ -554,8 +570,7 @@ class Model:
             assumptions=(
                 f"{self.mlp} MLP, {self.norm}, {self.attention} attention, "
                 f"{'tied' if self.tied_embeddings else 'untied'} embeddings, "
-                f"{self.position} positions"
-                + (", biases" if self.bias else ""),
+                f"{self.position} positions" + (", biases" if self.bias else ""),
             ),
         )
 
