@@ -336,30 +336,10 @@ def compare(
 def main(argv=None) -> int:
     """The command line: one step's comparison printed, and written as JSON where ``--json``
     says."""
-    from ..cli.flags import CLIError, Parser, count_flag
+    from ..cli.flags import CLIError, count_flag
 
-    ap = Parser(
-        prog="python -m analytic.reference.step_memory",
-        description="Measure a tiny Llama's training step under FSDP2 against the count.",
-    )
-    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     counts = {"vocab": 4096, "seq": 1024, "microbatch-size": 2, "microbatches": 2, "ranks": 1}
-    for flag, default in counts.items():
-        ap.add_argument(f"--{flag}", default=str(default))
-    ap.add_argument("--recompute", default="none", choices=("none", "full"))
-    ap.add_argument(
-        "--stack",
-        default="torchtitan",
-        choices=tuple(STACKS),
-        help="the stack: its loss (eager or compiled) and its AdamW (foreach or fused)",
-    )
-    ap.add_argument(
-        "--wrapping",
-        default="2024",
-        choices=tuple(WRAPPINGS),
-        help="TorchTitan's FSDP2 units: " + "; ".join(f"{k}, {v}" for k, v in WRAPPINGS.items()),
-    )
-    ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
+    ap = _parser(counts)
     try:
         a = ap.parse_args(argv)
         vocab, seq, size, count, ranks = (
@@ -398,31 +378,64 @@ def main(argv=None) -> int:
                 f" {ours / measured - 1:+.1%}"
             )
     if a.json:
-        config = dict(
-            device=a.device,
-            ranks=ranks,
-            vocab=vocab,
-            seq_len=seq,
-            microbatch_size=size,
-            microbatches=count,
-            recompute=a.recompute,
-            stack=a.stack,
-            wrapping=a.wrapping,
-            model=TINY,
-        )
-        Path(a.json).write_text(
-            json.dumps(
-                {
-                    "config": config,
-                    "rows": [
-                        {"what": what, "library_bytes": ours, "measured_bytes": measured}
-                        for what, ours, measured in rows
-                    ],
-                },
-                indent=1,
-            )
-        )
+        _write(a, rows, ranks, vocab, seq, size, count)
     return 0
+
+
+def _parser(counts: dict):
+    """The command's flags, ``counts`` (flag → default) among them."""
+    from ..cli.flags import Parser
+
+    ap = Parser(
+        prog="python -m analytic.reference.step_memory",
+        description="Measure a tiny Llama's training step under FSDP2 against the count.",
+    )
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    for flag, default in counts.items():
+        ap.add_argument(f"--{flag}", default=str(default))
+    ap.add_argument("--recompute", default="none", choices=("none", "full"))
+    ap.add_argument(
+        "--stack",
+        default="torchtitan",
+        choices=tuple(STACKS),
+        help="the stack: its loss (eager or compiled) and its AdamW (foreach or fused)",
+    )
+    ap.add_argument(
+        "--wrapping",
+        default="2024",
+        choices=tuple(WRAPPINGS),
+        help="TorchTitan's FSDP2 units: " + "; ".join(f"{k}, {v}" for k, v in WRAPPINGS.items()),
+    )
+    ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
+    return ap
+
+
+def _write(a, rows, ranks, vocab, seq, size, count) -> None:
+    """The comparison and its configuration, as JSON to the file ``--json`` names."""
+    config = dict(
+        device=a.device,
+        ranks=ranks,
+        vocab=vocab,
+        seq_len=seq,
+        microbatch_size=size,
+        microbatches=count,
+        recompute=a.recompute,
+        stack=a.stack,
+        wrapping=a.wrapping,
+        model=TINY,
+    )
+    Path(a.json).write_text(
+        json.dumps(
+            {
+                "config": config,
+                "rows": [
+                    {"what": what, "library_bytes": ours, "measured_bytes": measured}
+                    for what, ours, measured in rows
+                ],
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":
