@@ -35,8 +35,10 @@ def main():
         warm = search(MODEL, HW, **KW, progress=False)
         warm_times.append(time.perf_counter() - t0)
     t_warm = min(warm_times)
-    print(f"full search, {cold.evaluated:,} layouts ({cold.fitting:,} fit): cold {t_cold:.2f} s (the first search of "
-          f"a new model; target < 1 s), warm {t_warm:.3f} s")
+    print(
+        f"full search, {cold.evaluated:,} layouts ({cold.fitting:,} fit): cold {t_cold:.2f} s (the"
+        f" first search of a new model; target < 1 s), warm {t_warm:.3f} s"
+    )
     assert warm.best.step_time == cold.best.step_time
 
     # throughput of the search program on a million layouts (the search's own, tiled)
@@ -52,19 +54,25 @@ def main():
             fn(*args)
         best = min(best, time.perf_counter() - t0)
     rate = 1_000_000 / best
-    print(f"search program: {rate:,.0f} layouts/s (memory, step time and FLOPs of 1,000,000 layouts in {best:.3f} s; "
-          f"target >= 1,000,000)")
+    print(
+        f"search program: {rate:,.0f} layouts/s (memory, step time and FLOPs of 1,000,000 layouts"
+        f" in {best:.3f} s; target >= 1,000,000)"
+    )
 
     # the same layouts one by one through Plan
     sample = 100
-    rows = np.random.default_rng(0).choice(cold.evaluated, size=sample, replace=False)  # the layouts search kept
+    # the layouts search kept
+    rows = np.random.default_rng(0).choice(cold.evaluated, size=sample, replace=False)
     t0 = time.perf_counter()
     for j in rows:
         p = cold.row(j).plan(MODEL, HW, seq_len=KW["seq_len"], global_batch=KW["global_batch"])
         p.memory()
         p.step_time()
     per_plan = (time.perf_counter() - t0) / sample
-    print(f"one by one through Plan: {1 / per_plan:,.0f} layouts/s; the program is {rate * per_plan:,.0f}x faster")
+    print(
+        f"one by one through Plan: {1 / per_plan:,.0f} layouts/s; the program is"
+        f" {rate * per_plan:,.0f}x faster"
+    )
 
 
 if __name__ == "__main__":

@@ -33,4 +33,6 @@ def test_sources_naming_a_derivation_are_checked_by_it(derived):
     for fname, f in an.formulas().items():
         for m in re.finditer(r"derivations/(\w+)\.py", f.source):
             assert m.group(1) in derived, f"{fname}: {m.group(0)} does not exist"
-            assert fname in {n for n, _ in derived[m.group(1)].checks}, f"{fname} is not checked by {m.group(0)}"
+            assert fname in {
+                n for n, _ in derived[m.group(1)].checks
+            }, f"{fname} is not checked by {m.group(0)}"

@@ -26,18 +26,40 @@ import sympy
 
 ROOT = Path(__file__).resolve().parent.parent
 # every test file that reads the catalogue, directly or through plans, fastest first: the validation
-# tests, which refit the calibration, take most of a run. Not here: the tests of the plans' programs and
-# of search, which hold the programs to the catalogue's expressions
-TESTS = ["tests/test_catalogue.py", "tests/test_formula.py", "tests/test_precisions.py", "tests/test_muon.py",
-         "tests/test_presets.py", "tests/test_hybrid.py", "tests/test_moe_folding.py",
-         "tests/test_seed_numbers.py", "tests/test_megatron_core_count.py",
-         "tests/test_reserve.py", "tests/test_plan_sources.py", "tests/test_ops.py", "tests/test_reference_pipeline.py",
-         "tests/test_reference_saved.py", "tests/test_reference_counting.py", "tests/test_reference_checkpointing.py",
-         "tests/test_outside.py", "tests/test_sweep_and_plots.py", "derivations/test_derivations.py",
-         "tests/test_strategies.py", "tests/test_fuzz.py", "tests/test_reference_calibrate.py", "tests/test_plan.py",
-         "tests/test_reference_context_parallel.py", "tests/test_symbolic.py", "tests/test_reference_loss.py",
-         "tests/test_reference_collectives.py", "tests/test_reference_step_memory.py", "tests/test_reference_optimizer_traffic.py",
-         "validation/test_validation.py"]
+# tests, which refit the calibration, take most of a run. Not here: the tests of the plans' programs
+# and of search, which hold the programs to the catalogue's expressions
+TESTS = [
+    "tests/test_catalogue.py",
+    "tests/test_formula.py",
+    "tests/test_precisions.py",
+    "tests/test_muon.py",
+    "tests/test_presets.py",
+    "tests/test_hybrid.py",
+    "tests/test_moe_folding.py",
+    "tests/test_seed_numbers.py",
+    "tests/test_megatron_core_count.py",
+    "tests/test_reserve.py",
+    "tests/test_plan_sources.py",
+    "tests/test_ops.py",
+    "tests/test_reference_pipeline.py",
+    "tests/test_reference_saved.py",
+    "tests/test_reference_counting.py",
+    "tests/test_reference_checkpointing.py",
+    "tests/test_outside.py",
+    "tests/test_sweep_and_plots.py",
+    "derivations/test_derivations.py",
+    "tests/test_strategies.py",
+    "tests/test_fuzz.py",
+    "tests/test_reference_calibrate.py",
+    "tests/test_plan.py",
+    "tests/test_reference_context_parallel.py",
+    "tests/test_symbolic.py",
+    "tests/test_reference_loss.py",
+    "tests/test_reference_collectives.py",
+    "tests/test_reference_step_memory.py",
+    "tests/test_reference_optimizer_traffic.py",
+    "validation/test_validation.py",
+]
 
 
 def mutants(expr):
@@ -64,10 +86,12 @@ def mutants(expr):
                 others.remove(f)
                 out.append((f"'×' → '÷' in {node}", rebuild(sympy.Mul(*others) / f)))
         for i, arg in enumerate(node.args):
+
             def sub(new, node=node, i=i):
                 args = list(node.args)
                 args[i] = new
                 return rebuild(node.func(*args))
+
             walk(arg, sub)
 
     walk(expr, lambda new: new)
@@ -79,13 +103,16 @@ def survives(name: str, checked_by: dict, killers: dict) -> bool:
     then the tests that killed an earlier mutant of it (``killers``), then the test files that read
     the catalogue. False as soon as one fails; the failing test is added to ``killers``."""
     from analytic.fit import derive, validation
+
     for d in checked_by.get(name, []):
         try:
             derive.load(d)
         except Exception:  # an assertion of the derivation, or the algebra breaking on the mutant
             return False
     try:
-        if any(r.status != r.expected for r in validation.run(ROOT / "validation", predicted=False)):
+        if any(
+            r.status != r.expected for r in validation.run(ROOT / "validation", predicted=False)
+        ):
             return False
     except Exception:
         return False
@@ -111,29 +138,40 @@ class _Failures:
 
 
 def run_tests(tests=TESTS, failed: list | None = None) -> bool:
-    """True when every test of ``tests`` passes; the ids of those that fail are appended to ``failed``."""
+    """True when every test of ``tests`` passes; the ids of those that fail are appended to
+    ``failed``."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests],
-                           plugins=[_Failures([] if failed is None else failed)])
+        code = pytest.main(
+            ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests],
+            plugins=[_Failures([] if failed is None else failed)],
+        )
     return code == 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="", help="formula names starting with this (or any of these, comma-separated)")
-    ap.add_argument("--from", dest="start", default="", help="formula names from this one on, in sorted order")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="formula names starting with this (or any of these, comma-separated)",
+    )
+    ap.add_argument(
+        "--from", dest="start", default="", help="formula names from this one on, in sorted order"
+    )
     ap.add_argument("--out", default=str(ROOT / "mutation-report.md"))
     args = ap.parse_args()
     os.chdir(ROOT)
     os.environ.setdefault("HYPOTHESIS_PROFILE", "default")
     from analytic.fit import derive
     from analytic.plan import programs
-    # the catalogue is mutated in this process, under the library's digest: programs lowered from it once
-    # would answer every later mutant, so plans take the mutated expressions themselves (tests/test_programs.py
-    # holds the programs to the expressions)
+
+    # the catalogue is mutated in this process, under the library's digest: programs lowered from it
+    # once would answer every later mutant, so plans take the mutated expressions themselves
+    # (tests/test_programs.py holds the programs to the expressions)
     programs.bundle = lambda inp, lower=None, build=None: None
     from analytic.formulas._catalogue import CATALOGUE
+
     if not run_tests():
         print("the unmutated suite fails; fix it first", file=sys.stderr)
         return 1
@@ -143,7 +181,11 @@ def main() -> int:
             checked_by.setdefault(formula_name, []).append(d)
     killed, survived, equivalent, killers = [], [], [], {}
     start = time.time()
-    names = [n for n in sorted(CATALOGUE) if n.startswith(tuple(args.only.split(","))) and n >= args.start]
+    names = [
+        n
+        for n in sorted(CATALOGUE)
+        if n.startswith(tuple(args.only.split(","))) and n >= args.start
+    ]
     for name in names:
         original = CATALOGUE[name]
         for desc, new in mutants(original.expr):
@@ -159,9 +201,18 @@ def main() -> int:
             print(f"{'SURVIVED' if ok else 'killed  '} {name}: {desc}", flush=True)
     total = len(killed) + len(survived)
     score = 100.0 * len(killed) / total if total else 100.0
-    lines = ["# Mutation testing of the formula catalogue", "",
-             f"{len(names)} formulas, {total} non-equivalent mutants, {len(killed)} killed: **{score:.1f}%** "
-             f"({len(equivalent)} equivalent mutants skipped; {time.time() - start:.0f} s).", "", "## Survivors", ""]
+    lines = [
+        "# Mutation testing of the formula catalogue",
+        "",
+        (
+            f"{len(names)} formulas, {total} non-equivalent mutants, {len(killed)} killed:"
+            f" **{score:.1f}%** ({len(equivalent)} equivalent mutants skipped;"
+            f" {time.time() - start:.0f} s)."
+        ),
+        "",
+        "## Survivors",
+        "",
+    ]
     lines += [f"- `{n}`: {d} → `{e}`" for n, d, e in survived] or ["none"]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"score {score:.1f}% ({len(killed)}/{total}); report in {args.out}")

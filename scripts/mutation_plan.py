@@ -1,5 +1,5 @@
-"""Mutation testing of analytic/plan/ (or one module of analytic/ given with --module): does the suite
-notice a changed operator, comparison or constant?
+"""Mutation testing of analytic/plan/ (or one module of analytic/ given with --module): does the
+suite notice a changed operator, comparison or constant?
 
 Each mutant changes one site of one module of the package analytic/plan/ (its syntax tree): + ↔ −,
 × ↔ ÷, < ↔ ≤, > ↔ ≥, == ↔ !=, and each numeric constant c → c + 1. Sites inside f-strings and
@@ -7,7 +7,8 @@ raise statements (messages) are left alone. The mutated package is written to a 
 the checkout and the tests that read plans run there (``-x``: the first failure kills the mutant; a
 mutant that runs past the time limit counts as killed). Survivors are listed with their place.
 
-Usage: python scripts/mutation_plan.py [--only NAME | --module PATH] [--tests FILE ...] [--lines SPANS]
+Usage: python scripts/mutation_plan.py [--only NAME | --module PATH] [--tests FILE ...] [--lines
+SPANS]
                                       [--sample N] [--out mutation-plan-report.md]
 """
 
@@ -26,11 +27,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "analytic" / "plan"
-TESTS = ["tests/test_golden_plans.py", "tests/test_programs.py", "tests/test_ops.py", "tests/test_plan.py", "tests/test_plan_sources.py", "tests/test_symbolic.py",
-         "tests/test_trust_inputs.py", "tests/test_cli.py", "tests/test_search.py", "tests/test_reference_loss.py",
-         "tests/test_reference_checkpointing.py", "tests/test_reference_saved.py"]
+TESTS = [
+    "tests/test_golden_plans.py",
+    "tests/test_programs.py",
+    "tests/test_ops.py",
+    "tests/test_plan.py",
+    "tests/test_plan_sources.py",
+    "tests/test_symbolic.py",
+    "tests/test_trust_inputs.py",
+    "tests/test_cli.py",
+    "tests/test_search.py",
+    "tests/test_reference_loss.py",
+    "tests/test_reference_checkpointing.py",
+    "tests/test_reference_saved.py",
+]
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
-SWAP_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+SWAP_CMP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+}
 TIMEOUT = 300
 
 
@@ -52,10 +71,17 @@ def sites(path: Path) -> list[tuple[int, int, str]]:
         if id(node) in skip:
             continue
         if isinstance(node, ast.BinOp) and type(node.op) in SWAP_BIN:
-            out.append((node.lineno, f"{type(node.op).__name__} → {SWAP_BIN[type(node.op)].__name__}"))
+            out.append(
+                (node.lineno, f"{type(node.op).__name__} → {SWAP_BIN[type(node.op)].__name__}")
+            )
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in SWAP_CMP:
-            out.append((node.lineno, f"{type(node.ops[0]).__name__} → {SWAP_CMP[type(node.ops[0])].__name__}"))
-        elif (isinstance(node, ast.Constant) and type(node.value) in (int, float)):
+            out.append(
+                (
+                    node.lineno,
+                    f"{type(node.ops[0]).__name__} → {SWAP_CMP[type(node.ops[0])].__name__}",
+                )
+            )
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
             out.append((node.lineno, f"constant {node.value} → {node.value + 1}"))
     return [(i, line, f"line {line}: {what}") for i, (line, what) in enumerate(out)]
 
@@ -84,11 +110,23 @@ def mutate(path: Path, index: int) -> str:
 
 
 def run_tests(root: Path, module: str = "", tests: list[str] = TESTS) -> str:
-    """"killed", "survived" or "timeout" for the checkout at ``root`` (``tests``: the test files run)."""
-    env = dict(os.environ, PYTHONPATH=str(root), ANALYTIC_CACHE=str(root / ".cache"), HYPOTHESIS_PROFILE="default")
+    """ "killed", "survived" or "timeout" for the checkout at ``root`` (``tests``: the test files
+    run)."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(root),
+        ANALYTIC_CACHE=str(root / ".cache"),
+        HYPOTHESIS_PROFILE="default",
+    )
     try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=root,
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TIMEOUT)
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+            cwd=root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=TIMEOUT,
+        )
     except subprocess.TimeoutExpired:
         return "timeout"
     return "survived" if r.returncode == 0 else "killed"
@@ -97,24 +135,37 @@ def run_tests(root: Path, module: str = "", tests: list[str] = TESTS) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="module name (e.g. timing)")
-    ap.add_argument("--module", default="", help="one module of analytic/ instead (e.g. analytic/reserve.py)")
+    ap.add_argument(
+        "--module", default="", help="one module of analytic/ instead (e.g. analytic/reserve.py)"
+    )
     ap.add_argument("--tests", nargs="+", default=TESTS, help="the test files run on each mutant")
-    ap.add_argument("--sample", type=int, default=0, help="run this many mutants drawn at random (seed 0)")
+    ap.add_argument(
+        "--sample", type=int, default=0, help="run this many mutants drawn at random (seed 0)"
+    )
     ap.add_argument("--lines", default="", help="only the sites on these lines (e.g. 126-136,210)")
     ap.add_argument("--out", default=str(ROOT / "mutation-plan-report.md"))
     args = ap.parse_args()
     if args.module:
         module = (ROOT / args.module).resolve()
-        if module.suffix != ".py" or not module.is_file() or (ROOT / "analytic") not in module.parents:
+        if (
+            module.suffix != ".py"
+            or not module.is_file()
+            or (ROOT / "analytic") not in module.parents
+        ):
             ap.error(f"--module: expected a Python module under analytic/, got {args.module!r}")
         modules = [module]
     else:
-        modules = sorted(p for p in PLAN.glob("*.py") if p.name != "__init__.py" and args.only in p.stem)
+        modules = sorted(
+            p for p in PLAN.glob("*.py") if p.name != "__init__.py" and args.only in p.stem
+        )
     todo = [(p, i, line, d) for p in modules for i, line, d in sites(p)]
     if args.lines:
         try:  # each span "a-b", or one line "a"
-            spans = [(int(span.split("-")[0]), int(span.split("-")[-1])) for span in args.lines.split(",")
-                     if span.count("-") <= 1]
+            spans = [
+                (int(span.split("-")[0]), int(span.split("-")[-1]))
+                for span in args.lines.split(",")
+                if span.count("-") <= 1
+            ]
         except ValueError:
             spans = []
         if len(spans) != len(args.lines.split(",")):
@@ -125,7 +176,9 @@ def main() -> int:
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "checkout"
-        shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".cache"))
+        shutil.copytree(
+            ROOT, root, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".cache")
+        )
         if run_tests(root, tests=args.tests) != "survived":
             print("the unmutated tests fail; fix them first", file=sys.stderr)
             return 1
@@ -140,9 +193,17 @@ def main() -> int:
             print(f"{outcome:<9} {path.name} {desc}", flush=True)
     killed = sum(r[2] != "survived" for r in results)
     score = 100 * killed / len(results) if results else 100.0
-    lines = [f"# Mutation testing of {args.module or 'analytic/plan/'}", "",
-             f"{len(results)} mutants{' (a random sample)' if args.sample else ''}, {killed} killed: **{score:.1f}%** "
-             f"({time.time() - start:.0f} s). Tests: {', '.join(args.tests)}.", "", "## Survivors", ""]
+    lines = [
+        f"# Mutation testing of {args.module or 'analytic/plan/'}",
+        "",
+        (
+            f"{len(results)} mutants{' (a random sample)' if args.sample else ''}, {killed} killed:"
+            f" **{score:.1f}%** ({time.time() - start:.0f} s). Tests: {', '.join(args.tests)}."
+        ),
+        "",
+        "## Survivors",
+        "",
+    ]
     lines += [f"- `{m}` {d}" for m, d, o in results if o == "survived"] or ["none"]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"score {score:.1f}% ({killed}/{len(results)}); report in {args.out}")

@@ -17,13 +17,17 @@ from analytic.core.symbols import info
 def test_zero0_of_405b():
     f = an.formula("memory.model_states.zero0")
     assert format(f.evaluate(params=405e9).to("TB"), ".12g") == "6.48 terabyte"
-    assert f.evaluate(params=an.Q_(405e9, "parameter")).to("TB") == f.evaluate(params=405e9).to("TB")
+    assert f.evaluate(params=an.Q_(405e9, "parameter")).to("TB") == f.evaluate(params=405e9).to(
+        "TB"
+    )
 
 
 def test_evaluate_converts_units():
     f = an.formula("collectives.all_reduce.time")
     a = f.evaluate(message="1 GB", ranks=8, bandwidth="400 Gbit/s", latency="0 s")
-    b = f.evaluate(message=an.Q_(1000, "MB"), ranks=8, bandwidth=an.Q_(50, "GB/s"), latency=an.Q_(0, "us"))
+    b = f.evaluate(
+        message=an.Q_(1000, "MB"), ranks=8, bandwidth=an.Q_(50, "GB/s"), latency=an.Q_(0, "us")
+    )
     assert a.to("s").magnitude == pytest.approx(b.to("s").magnitude, rel=1e-15)
     assert a.to("s").magnitude == pytest.approx(2 * 7 / 8 * 1e9 / 50e9, rel=1e-15)
 
@@ -42,16 +46,21 @@ def test_bare_number_rejected_for_bytes_but_accepted_for_counts():
     with pytest.raises(UnitError, match="message"):
         f.evaluate(message="1e9", ranks=8)  # a number in a string is as ambiguous as a bare one
     states = an.formula("memory.model_states.zero1")
-    assert states.evaluate(params="405e9", dp="64") == states.evaluate(params=405e9, dp=64)  # counts: fine
+    # counts: fine
+    assert states.evaluate(params="405e9", dp="64") == states.evaluate(params=405e9, dp=64)
     with pytest.raises(UnitError, match="dp: expected a plain number"):
         states.evaluate(params=405e9, dp="64 s")
     # FLOPs have one unit, so a bare number is read in it; seconds have several, so it is refused
     t = an.formula("compute.train_time")
     kw = dict(gpus=8192, peak_flops="989 TFLOP/s", mfu=0.4)
     assert t.evaluate(flops=1e25, **kw) == t.evaluate(flops="1e25 FLOP", **kw)
-    assert t.evaluate(flops=1e25, **kw).to("s").magnitude == pytest.approx(1e25 / (8192 * 989e12 * 0.4))
+    assert t.evaluate(flops=1e25, **kw).to("s").magnitude == pytest.approx(
+        1e25 / (8192 * 989e12 * 0.4)
+    )
     with pytest.raises(UnitError, match="step_time"):
-        an.formula("compute.mfu").evaluate(flops=1e25, step_time=100, gpus=8, peak_flops="989 TFLOP/s")
+        an.formula("compute.mfu").evaluate(
+            flops=1e25, step_time=100, gpus=8, peak_flops="989 TFLOP/s"
+        )
 
 
 def test_free_symbols_left_by_evaluate_are_named_by_keyword():
@@ -89,10 +98,19 @@ def test_lambdify_agrees_with_evaluate_on_arrays():
     f = an.formula("collectives.reduce_scatter.time")
     fn = f.lambdify()
     msg = np.array([1e6, 1e9])
-    out = fn(message=msg, ranks=np.array([4, 64]), bandwidth=np.array([50e9, 450e9]), latency=np.array([1e-5, 2e-5]))
+    out = fn(
+        message=msg,
+        ranks=np.array([4, 64]),
+        bandwidth=np.array([50e9, 450e9]),
+        latency=np.array([1e-5, 2e-5]),
+    )
     for i in range(2):
-        q = f.evaluate(message=an.Q_(msg[i], "byte"), ranks=[4, 64][i], bandwidth=an.Q_([50e9, 450e9][i], "byte/s"),
-                       latency=an.Q_([1e-5, 2e-5][i], "s"))
+        q = f.evaluate(
+            message=an.Q_(msg[i], "byte"),
+            ranks=[4, 64][i],
+            bandwidth=an.Q_([50e9, 450e9][i], "byte/s"),
+            latency=an.Q_([1e-5, 2e-5][i], "s"),
+        )
         assert out[i] == pytest.approx(q.to("s").magnitude, rel=1e-12)
 
 
@@ -127,13 +145,15 @@ def test_sympy_symbol_named_like_keyword_is_accepted():
 
 
 def test_n_gives_floats_of_the_asked_digits():
-    """A ring all-reduce over 8 ranks at 450 GB/s: S·2·7/8 / 450e9 = 3.888…e-12·S seconds, read as 3.89e-12;
-    the exact formula stays exact, and the float one evaluates to the same time."""
+    """A ring all-reduce over 8 ranks at 450 GB/s: S·2·7/8 / 450e9 = 3.888…e-12·S seconds, read as
+    3.89e-12; the exact formula stays exact, and the float one evaluates to the same time."""
     f = an.formula("collectives.all_reduce.time").subs(ranks=8, bandwidth="450 GB/s")
     short = f.n(3)
     assert str(short.expr.coeff(an.sym("message"))) == "3.89e-12"
     assert "3.89" in f.latex(digits=3) and "1800000000000" in f.latex()
-    exact, rounded = (g.evaluate(message="1 GB", latency="5 us").to("s").magnitude for g in (f, f.n(15)))
+    exact, rounded = (
+        g.evaluate(message="1 GB", latency="5 us").to("s").magnitude for g in (f, f.n(15))
+    )
     assert rounded == pytest.approx(exact, rel=1e-14)
     assert short.unit == f.unit and short.sources == f.sources
     with pytest.raises(an.InputError, match="digits"):
@@ -141,9 +161,10 @@ def test_n_gives_floats_of_the_asked_digits():
 
 
 def test_exact_numbers_become_correctly_rounded_floats():
-    """A rational is one correctly rounded division (1/3, and 1 + 1e-30, which rounds to 1); one past
-    the float range is refused, not returned as inf."""
+    """A rational is one correctly rounded division (1/3, and 1 + 1e-30, which rounds to 1); one
+    past the float range is refused, not returned as inf."""
     from analytic.core.expressions import to_float
+
     assert to_float(sympy.Rational(1, 3)) == 1 / 3
     assert to_float(sympy.Rational(10**30 + 1, 10**30)) == 1.0
     assert to_float(sympy.Integer(2) ** 60 + 1) == float(2**60)
@@ -165,20 +186,35 @@ def test_a_symbolic_case_draws_on_a_pieces_sources_only_where_it_is_taken():
     same cases with the number does."""
     from analytic.core.composition import cases
     from analytic.core.provenance import source_map
-    ring, rs = an.formula("collectives.all_reduce.bytes_sent"), an.formula("collectives.reduce_scatter.bytes_sent")
+
+    ring, rs = an.formula("collectives.all_reduce.bytes_sent"), an.formula(
+        "collectives.reduce_scatter.bytes_sent"
+    )
     tp = an.sym("tp")
 
     def built(tp_value):
         return cases("t", "byte", (ring, sympy.Gt(tp_value, 1)), (rs, True))
 
     open_ = built(tp)
-    assert open_.sources == {"collectives.all_reduce.bytes_sent", "collectives.reduce_scatter.bytes_sent"}
+    assert open_.sources == {
+        "collectives.all_reduce.bytes_sent",
+        "collectives.reduce_scatter.bytes_sent",
+    }
     where = source_map(open_)
     assert where["collectives.all_reduce.bytes_sent"] == sympy.Gt(tp, 1)
     assert where["collectives.reduce_scatter.bytes_sent"] == sympy.Le(tp, 1)
     for value in (1, 4):
-        assert open_.subs(tp=value).sources == built(value).sources == {
-            "collectives.all_reduce.bytes_sent" if value > 1 else "collectives.reduce_scatter.bytes_sent"}
+        assert (
+            open_.subs(tp=value).sources
+            == built(value).sources
+            == {
+                (
+                    "collectives.all_reduce.bytes_sent"
+                    if value > 1
+                    else "collectives.reduce_scatter.bytes_sent"
+                )
+            }
+        )
     both = open_ + built(4)  # a source one part always draws on is drawn on unconditionally
     assert source_map(both)["collectives.all_reduce.bytes_sent"] == sympy.true
 
@@ -188,17 +224,26 @@ def _draw(rng: random.Random, keyword: str):
     domain = info(keyword).domain
     if isinstance(domain, tuple):  # a choice's index
         return rng.randrange(len(domain[1]))
-    return {"count": lambda: rng.randint(1, 64), "count0": lambda: rng.randint(0, 8),
-            "fraction": lambda: Fraction(rng.randint(1, 100), 100), "fraction0": lambda: Fraction(rng.randint(0, 100), 100),
-            }.get(domain, lambda: Fraction(rng.randint(1, 10**6), rng.choice([1, 10, 1000])))()
+    return {
+        "count": lambda: rng.randint(1, 64),
+        "count0": lambda: rng.randint(0, 8),
+        "fraction": lambda: Fraction(rng.randint(1, 100), 100),
+        "fraction0": lambda: Fraction(rng.randint(0, 100), 100),
+    }.get(domain, lambda: Fraction(rng.randint(1, 10**6), rng.choice([1, 10, 1000])))()
 
 
 def _at(f, values, exact: bool):
-    """(value, warned) of ``f`` bound to ``values``: as numbers (the formula's terms), or as sympy numbers
-    (its sympy expression substituted); an InputError where it refuses them."""
+    """(value, warned) of ``f`` bound to ``values``: as numbers (the formula's terms), or as sympy
+    numbers (its sympy expression substituted); an InputError where it refuses them."""
     if exact:
-        values = {k: sympy.Rational(v.numerator, v.denominator) if isinstance(v, Fraction) else sympy.Integer(v)
-                  for k, v in values.items()}
+        values = {
+            k: (
+                sympy.Rational(v.numerator, v.denominator)
+                if isinstance(v, Fraction)
+                else sympy.Integer(v)
+            )
+            for k, v in values.items()
+        }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         value = f.bind(values).value().magnitude
@@ -206,9 +251,9 @@ def _at(f, values, exact: bool):
 
 
 def test_each_catalogue_formula_at_numbers_equals_its_expression():
-    """Every catalogue formula at numbers drawn in its symbols' domains, evaluated on its terms without
-    sympy and from its sympy expression: the same value to 1e-12, the same refusals (outside its domain,
-    or no finite real value) and the same caveats warned."""
+    """Every catalogue formula at numbers drawn in its symbols' domains, evaluated on its terms
+    without sympy and from its sympy expression: the same value to 1e-12, the same refusals (outside
+    its domain, or no finite real value) and the same caveats warned."""
     rng, checked, refused = random.Random(0), 0, 0
     for name, f in sorted(an.formulas().items()):
         for _ in range(4):
@@ -228,27 +273,42 @@ def test_each_catalogue_formula_at_numbers_equals_its_expression():
 
 
 def test_a_numeric_plan_and_a_catalogue_formula_at_numbers_import_no_sympy(tmp_path):
-    """A plan whose inputs are numbers composes its formulas on numbers: its memory, step time and MFU,
-    and a catalogue formula evaluated at Quantities, come without importing sympy."""
-    code = ("import sys\nimport analytic as an\n"
-            "plan = an.Plan(an.model('llama3-70b'), an.hardware('h100-sxm'), an.Layout(tp=8, pp=4, dp=8, zero=1),"
-            " seq_len=8192, global_batch=512)\n"
-            "plan.memory(), plan.step_time(), plan.mfu(), plan.time_breakdown(ops=True), plan.communication()\n"
-            "an.formula('compute.mfu').evaluate(flops='1e18 FLOP', step_time='10 s', gpus=1024, peak_flops='989 TFLOP/s')\n"
-            "print('sympy' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "ANALYTIC_CACHE": str(tmp_path)})
+    """A plan whose inputs are numbers composes its formulas on numbers: its memory, step time and
+    MFU, and a catalogue formula evaluated at Quantities, come without importing sympy."""
+    code = (
+        "import sys\nimport analytic as an\nplan = an.Plan(an.model('llama3-70b'),"
+        " an.hardware('h100-sxm'), an.Layout(tp=8, pp=4, dp=8, zero=1), seq_len=8192,"
+        " global_batch=512)\nplan.memory(), plan.step_time(), plan.mfu(),"
+        " plan.time_breakdown(ops=True),"
+        " plan.communication()\nan.formula('compute.mfu').evaluate(flops='1e18 FLOP', step_time='10"
+        " s', gpus=1024, peak_flops='989 TFLOP/s')\nprint('sympy' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "ANALYTIC_CACHE": str(tmp_path)},
+    )
     assert out.stdout.split() == ["False"], out.stderr
 
 
 def test_a_catalogue_formula_whose_expression_was_read_still_evaluates_on_its_terms():
-    """Reading a formula's sympy expression (a symbolic plan reads many) leaves its terms: a numeric plan
-    built after a symbolic one still holds numbers, not sympy expressions, and the same numbers."""
+    """Reading a formula's sympy expression (a symbolic plan reads many) leaves its terms: a numeric
+    plan built after a symbolic one still holds numbers, not sympy expressions, and the same
+    numbers."""
     from analytic.core import held
+
     layout = an.Layout(tp=8, pp=4, dp=8, zero=1)
     args = dict(seq_len=8192, global_batch=512)
-    before = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout, **args).expr("step_time")
-    an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout.replace(dp=an.sym("dp")), **args).expr("step_time")
-    after = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout, **args).expr("step_time")
+    before = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout, **args).expr(
+        "step_time"
+    )
+    an.Plan(
+        an.model("llama3-70b"), an.hardware("h100-sxm"), layout.replace(dp=an.sym("dp")), **args
+    ).expr("step_time")
+    after = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout, **args).expr(
+        "step_time"
+    )
     assert held.holds_number(before) and held.holds_number(after)
     assert after.term == before.term and after.sources == before.sources

@@ -1,5 +1,5 @@
-"""Every quantity of six varied plans (values, units, provenance) as recorded in tests/golden/plans.json
-by scripts/golden_plans.py: a restructuring of Plan changes none of them."""
+"""Every quantity of six varied plans (values, units, provenance) as recorded in
+tests/golden/plans.json by scripts/golden_plans.py: a restructuring of Plan changes none of them."""
 
 import importlib.util
 import json

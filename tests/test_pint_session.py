@@ -1,6 +1,6 @@
 """A user's pint session around the library: the application registry, a registry of the user's own,
-pickling and mixing, before and after each public entry point. The library defines its units into the
-registry the user works with and changes nothing else of pint."""
+pickling and mixing, before and after each public entry point. The library defines its units into
+the registry the user works with and changes nothing else of pint."""
 
 import pickle
 import subprocess
@@ -20,7 +20,9 @@ def _plan():
 
 #: each public entry point that gives quantities, and one quantity of what it gives
 ENTRY_POINTS = {
-    "Formula.evaluate": lambda: an.formula("memory.model_states.zero1").evaluate(params=405e9, dp=64),
+    "Formula.evaluate": (
+        lambda: an.formula("memory.model_states.zero1").evaluate(params=405e9, dp=64)
+    ),
     "Plan.memory": lambda: _plan().memory().total,
     "Plan.step_time": lambda: _plan().step_time(),
     "Plan.time_breakdown": lambda: next(iter(_plan().time_breakdown().values())),
@@ -32,13 +34,19 @@ ENTRY_POINTS = {
 
 def _users_pint_state():
     app = pint.get_application_registry()
-    return (app, app.get(), app.get().formatter.default_format, list(warnings.filters),
-            str(pint.Quantity(3, "meter").to("cm")))
+    return (
+        app,
+        app.get(),
+        app.get().formatter.default_format,
+        list(warnings.filters),
+        str(pint.Quantity(3, "meter").to("cm")),
+    )
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_the_users_pint_is_as_it_was_after_each_entry_point(entry):
-    """The application registry, its formats, the warnings filters and a metre are what they were."""
+    """The application registry, its formats, the warnings filters and a metre are what they
+    were."""
     before = _users_pint_state()
     got = ENTRY_POINTS[entry]()
     after = _users_pint_state()
@@ -127,27 +135,39 @@ qs = [plan.step_time(), plan.memory().total, f, an.Q_(3, "Gtoken/s"), an.Q_(2, "
 sys.stdout.buffer.write(pickle.dumps(qs))
 """
 
-_READ = {"analytic first": "import pickle, sys\nimport analytic\n",
-         "pint first": "import pickle, sys\nimport pint\nimport analytic\n"}
+_READ = {
+    "analytic first": "import pickle, sys\nimport analytic\n",
+    "pint first": "import pickle, sys\nimport pint\nimport analytic\n",
+}
 
 
 @pytest.mark.parametrize("order", _READ)
 def test_quantities_pickled_in_one_process_unpickle_in_another(order):
-    """In a new process, after ``import analytic`` (pint imported before it or not), as pint unpickles
-    them: into the application registry."""
+    """In a new process, after ``import analytic`` (pint imported before it or not), as pint
+    unpickles them: into the application registry."""
     blob = subprocess.run([sys.executable, "-c", _WRITE], capture_output=True, check=True).stdout
-    read = _READ[order] + ("qs = pickle.loads(sys.stdin.buffer.read())\n"
-                           "print([f'{q.to_base_units().magnitude:.17g} {q.units}' for q in qs])\n")
-    out = subprocess.run([sys.executable, "-c", read], input=blob, capture_output=True, check=True).stdout
+    read = (
+        _READ[order]
+        + "qs = pickle.loads(sys.stdin.buffer.read())\n"
+        "print([f'{q.to_base_units().magnitude:.17g} {q.units}' for q in qs])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", read], input=blob, capture_output=True, check=True
+    ).stdout
     want = [f"{q.to_base_units().magnitude:.17g} {q.units}" for q in pickle.loads(blob)]
     assert out.decode().strip() == str(want)
     assert "gigatoken / second" in out.decode() and "petaFLOP" in out.decode()
 
 
 def test_an_application_registry_that_means_otherwise_fails_no_import_and_is_refused_at_first_use():
-    """A user whose application registry defines FLOP as something else can still import the library (and
-    pint after it); the first quantity asked of the library is refused naming the unit."""
-    code = ("import pint\npint.get_application_registry().define('FLOP = 2 * second')\nimport analytic as an\n"
-            "try:\n    an.Q_(1, 'GB')\nexcept an.UnitError as exc:\n    print('refused', 'FLOP' in str(exc))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    """A user whose application registry defines FLOP as something else can still import the library
+    (and pint after it); the first quantity asked of the library is refused naming the unit."""
+    code = (
+        "import pint\npint.get_application_registry().define('FLOP = 2 * second')\nimport analytic"
+        " as an\ntry:\n    an.Q_(1, 'GB')\nexcept an.UnitError as exc:\n    print('refused', 'FLOP'"
+        " in str(exc))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "refused True"

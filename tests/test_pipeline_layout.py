@@ -1,5 +1,6 @@
 """Megatron-Core's pipeline layouts: parsed as its parse_str_to_list parses them, checked as its
-PipelineParallelLayerLayout checks them, and a plan of one equal to the plan of the stage split it makes."""
+PipelineParallelLayerLayout checks them, and a plan of one equal to the plan of the stage split it
+makes."""
 
 import pytest
 
@@ -17,22 +18,34 @@ def test_megatrons_own_example_unrolls_as_its_docstring_says():
 
 
 def test_chunk_i_runs_on_rank_i_mod_pp():
-    """DeepSeek-V3's 61 layers on 8 stages × 4 chunks, 'Et|(tt|)*30mL': rank 0 holds chunks 0, 8, 16, 24
-    (1 + 2 + 2 + 2 layers), rank 7 chunks 7, 15, 23, 31 (2 + 2 + 2 + 0, and the MTP block and the loss)."""
+    """DeepSeek-V3's 61 layers on 8 stages × 4 chunks, 'Et|(tt|)*30mL': rank 0 holds chunks 0, 8,
+    16, 24 (1 + 2 + 2 + 2 layers), rank 7 chunks 7, 15, 23, 31 (2 + 2 + 2 + 0, and the MTP block and
+    the loss)."""
     assert stage_layers(chunks("Et|(tt|)*30mL"), 8, 4) == (7, 8, 6)
     lay = an.Layout(pp=8, vpp=4, dp=32, ep=32, pipeline_layout="Et|(tt|)*30mL")
     assert (lay.first_stage_layers, lay.last_stage_layers, lay.uneven) == (7, 6, True)
 
 
 def test_a_plan_of_a_layout_is_the_plan_of_its_stage_split():
-    """Memory stage by stage and the step of a layout's plan are those of first/last_stage_layers given by
-    hand (15 and 14 of DeepSeek-V3's 61 layers on 4 stages); under interleaving the layout splits a stage's
-    layers over its chunks as Megatron-Core's even chunks would refuse to."""
+    """Memory stage by stage and the step of a layout's plan are those of first/last_stage_layers
+    given by hand (15 and 14 of DeepSeek-V3's 61 layers on 4 stages); under interleaving the layout
+    splits a stage's layers over its chunks as Megatron-Core's even chunks would refuse to."""
+
     def plan(**layout):
-        return an.Plan("deepseek-v3", "gb200-nvl72", an.Layout(pp=4, dp=64, ep=64, zero=1, **layout), dtype="mxfp8",
-                       **KW)
-    given, by_hand = plan(pipeline_layout="Et*15|(t*16|)*2t*14mL"), plan(first_stage_layers=15, last_stage_layers=14)
-    assert [m.total for m in given.memory_by_stage()] == [m.total for m in by_hand.memory_by_stage()]
+        return an.Plan(
+            "deepseek-v3",
+            "gb200-nvl72",
+            an.Layout(pp=4, dp=64, ep=64, zero=1, **layout),
+            dtype="mxfp8",
+            **KW,
+        )
+
+    given, by_hand = plan(pipeline_layout="Et*15|(t*16|)*2t*14mL"), plan(
+        first_stage_layers=15, last_stage_layers=14
+    )
+    assert [m.total for m in given.memory_by_stage()] == [
+        m.total for m in by_hand.memory_by_stage()
+    ]
     assert given.step_time() == by_hand.step_time() and "pipeline_layout=Et*15|" in repr(given)
     interleaved = plan(vpp=4, pipeline_layout="Ettt|(tttt|)*14ttmL")
     assert (interleaved.layout.first_stage_layers, interleaved.layout.last_stage_layers) == (15, 14)
@@ -40,25 +53,39 @@ def test_a_plan_of_a_layout_is_the_plan_of_its_stage_split():
         plan(vpp=4, first_stage_layers=15, last_stage_layers=14)
 
 
-@pytest.mark.parametrize("text, pp, vpp, message", [
-    ("Et|(tt|)*30mL", 4, 4, "32 chunks, not pp 4 × vpp 4 = 16"),
-    ("tE|(tt|)*30mL", 8, 4, "the embedding \\(E\\) comes first"),
-    ("Et|(tt|)*29,m|L", 8, 4, "MTP blocks \\(m\\) come after every layer, together in the last chunk"),
-    ("Et|(tt|)*30Lm", 8, 4, "the embedding \\(E\\) comes first and the loss \\(L\\) last"),
-    ("Et|(tt|)*29tmL|", 8, 4, "last chunk of the last stage"),
-    ("Ex|(tt|)*30mL", 8, 4, "'x' is no layer"),
-    ("Et|ttt|t|tt|(tt|)*27mL", 8, 4, "the middle stages hold"),
-    ("(t" * 3000, 8, 4, "'\\(' is no layer"),
-])
+@pytest.mark.parametrize(
+    "text, pp, vpp, message",
+    [
+        ("Et|(tt|)*30mL", 4, 4, "32 chunks, not pp 4 × vpp 4 = 16"),
+        ("tE|(tt|)*30mL", 8, 4, "the embedding \\(E\\) comes first"),
+        (
+            "Et|(tt|)*29,m|L",
+            8,
+            4,
+            "MTP blocks \\(m\\) come after every layer, together in the last chunk",
+        ),
+        ("Et|(tt|)*30Lm", 8, 4, "the embedding \\(E\\) comes first and the loss \\(L\\) last"),
+        ("Et|(tt|)*29tmL|", 8, 4, "last chunk of the last stage"),
+        ("Ex|(tt|)*30mL", 8, 4, "'x' is no layer"),
+        ("Et|ttt|t|tt|(tt|)*27mL", 8, 4, "the middle stages hold"),
+        ("(t" * 3000, 8, 4, "'\\(' is no layer"),
+    ],
+)
 def test_a_layout_megatron_would_refuse_is_one_error(text, pp, vpp, message):
     with pytest.raises(an.LayoutError, match=message):
         an.Layout(pp=pp, vpp=vpp, dp=32, ep=32, pipeline_layout=text)
 
 
 def test_a_layout_must_place_the_models_layers_and_nothing_else():
-    with pytest.raises(an.LayoutError, match="places 62 layers and 1 MTP blocks; deepseek-v3 has 61 and 1"):
-        an.Plan("deepseek-v3", "gb200-nvl72", an.Layout(pp=8, vpp=4, dp=32, ep=32, pipeline_layout="Ett|(tt|)*30mL"),
-                **KW)
+    with pytest.raises(
+        an.LayoutError, match="places 62 layers and 1 MTP blocks; deepseek-v3 has 61 and 1"
+    ):
+        an.Plan(
+            "deepseek-v3",
+            "gb200-nvl72",
+            an.Layout(pp=8, vpp=4, dp=32, ep=32, pipeline_layout="Ett|(tt|)*30mL"),
+            **KW,
+        )
     for extra in ({"ends_as_layers": True}, {"first_stage_layers": 8}):
         with pytest.raises(an.LayoutError):
             an.Layout(pp=8, vpp=4, dp=32, ep=32, pipeline_layout="Et|(tt|)*30mL", **extra)

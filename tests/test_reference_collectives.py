@@ -26,7 +26,8 @@ def test_counted_bytes_equal_the_catalogue(ranks):
     for r in ranks:
         assert r["bytes"], "no collective was counted"
         for b in r["bytes"]:
-            assert b["bytes"] == b["formula"], b  # exact: integer bytes against (n−1)/n·S on the padded buffer
+            # exact: integer bytes against (n−1)/n·S on the padded buffer
+            assert b["bytes"] == b["formula"], b
 
 
 def test_tensor_parallel_message_is_the_activation(ranks):
@@ -45,13 +46,19 @@ def test_hierarchical_all_reduce_levels(ranks):
 
 def test_multinode_rings_send_the_catalogues_bytes_on_each_link(ranks):
     """World split into two "nodes": every rank's bytes to its own node and to the other equal
-    collectives.multinode.*.bytes_sent_scale_up / _scale_out exactly, and the results are the library's."""
+    collectives.multinode.*.bytes_sent_scale_up / _scale_out exactly, and the results are the
+    library's."""
     world = ranks[0]["world"]
     if world % 2 or world < 4:
         pytest.skip("two nodes of at least 2 ranks")
     for r in ranks:
         assert r["mismatch"] == [], r["mismatch"]
-        assert {m["kind"] for m in r["multinode"]} == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"}
+        assert {m["kind"] for m in r["multinode"]} == {
+            "all_reduce",
+            "reduce_scatter",
+            "all_gather",
+            "all_to_all",
+        }
         for m in r["multinode"]:
             assert (m["up"], m["out"]) == (m["formula_up"], m["formula_out"]), m
             assert m["out"] > 0

@@ -9,14 +9,54 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 import analytic as an  # noqa: E402
 from analytic.reference.transformer import Transformer, count_parameters, saved_bytes  # noqa: E402
 
-LLAMA = an.Model(layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=48, vocab=50, mlp="swiglu", position="rope",
-                 name="tiny-llama")
+LLAMA = an.Model(
+    layers=2,
+    hidden=32,
+    heads=4,
+    kv_heads=2,
+    ffn_hidden=48,
+    vocab=50,
+    mlp="swiglu",
+    position="rope",
+    name="tiny-llama",
+)
 GPT = an.Model.gpt(layers=2, hidden=32, heads=4, vocab=50, seq_len=16, name="tiny-gpt")
-MOE = an.Model(layers=3, hidden=32, heads=4, kv_heads=4, ffn_hidden=48, vocab=50, mlp="swiglu", position="rope",
-               experts=4, topk=2, shared_experts=2, expert_ffn_hidden=16, dense_layers=1, name="tiny-moe")
-MLA = an.Model(layers=2, hidden=32, heads=4, head_dim=8, vocab=50, mlp="swiglu", position="rope", ffn_hidden=48,
-               experts=4, topk=2, shared_experts=1, expert_ffn_hidden=16, dense_layers=1, attention="mla",
-               q_lora_rank=12, kv_lora_rank=10, rope_dim=4, name="tiny-deepseek")
+MOE = an.Model(
+    layers=3,
+    hidden=32,
+    heads=4,
+    kv_heads=4,
+    ffn_hidden=48,
+    vocab=50,
+    mlp="swiglu",
+    position="rope",
+    experts=4,
+    topk=2,
+    shared_experts=2,
+    expert_ffn_hidden=16,
+    dense_layers=1,
+    name="tiny-moe",
+)
+MLA = an.Model(
+    layers=2,
+    hidden=32,
+    heads=4,
+    head_dim=8,
+    vocab=50,
+    mlp="swiglu",
+    position="rope",
+    ffn_hidden=48,
+    experts=4,
+    topk=2,
+    shared_experts=1,
+    expert_ffn_hidden=16,
+    dense_layers=1,
+    attention="mla",
+    q_lora_rank=12,
+    kv_lora_rank=10,
+    rope_dim=4,
+    name="tiny-deepseek",
+)
 S, B = 16, 2
 
 
@@ -29,7 +69,8 @@ def test_parameter_count_is_the_architecture_formula(model):
 
 @pytest.mark.parametrize("model", [MOE, MLA], ids=lambda m: m.name)
 def test_active_parameters_are_what_one_token_touches(model):
-    """Everything but the routed experts a token is not sent to: per MoE layer, E − k experts idle."""
+    """Everything but the routed experts a token is not sent to: per MoE layer, E − k experts
+    idle."""
     net = Transformer(model, seq_len=S)
     idle = 0
     for blk in net.blocks:
@@ -45,16 +86,26 @@ def _catalogue_flops(model: an.Model) -> float:
     mla = ".mla" if model.attention == "mla" else ""
     attn = f(f"compute.attention_forward_flops_per_token{mla}").bind(inputs).value().magnitude
     dense = f(f"compute.mlp_forward_flops_per_token.{model.mlp}").bind(inputs).value().magnitude
-    moe = f("compute.moe_forward_flops_per_token").bind(inputs).value().magnitude if model.is_moe else 0
+    moe = (
+        f("compute.moe_forward_flops_per_token").bind(inputs).value().magnitude
+        if model.is_moe
+        else 0
+    )
     logits = f("compute.logits_forward_flops_per_token").bind(inputs).value().magnitude
-    layers = model.layers * attn + (model.layers - model.moe_layers) * dense + model.moe_layers * moe + logits
+    layers = (
+        model.layers * attn
+        + (model.layers - model.moe_layers) * dense
+        + model.moe_layers * moe
+        + logits
+    )
     return 3 * layers * S * B  # backward = 2 × forward for every matmul
 
 
 @pytest.mark.parametrize("model", [LLAMA, GPT, MOE, MLA], ids=lambda m: m.name)
 def test_flop_counter_equals_catalogue(model):
     """FlopCounterMode over forward + backward, attention as explicit matmuls (counted in full,
-    causal mask included; MLA's QKᵀ over d_h + d_r); MoE routing sends each token to exactly k experts."""
+    causal mask included; MLA's QKᵀ over d_h + d_r); MoE routing sends each token to exactly k
+    experts."""
     torch.manual_seed(0)
     net = Transformer(model, seq_len=S, attention="explicit")
     tokens = torch.randint(0, model.vocab, (B, S))
@@ -111,7 +162,10 @@ def test_mtp_module_parameters_and_flops_match_plan():
         return plan.hardware_flops().to("FLOP").magnitude
 
     norm_weights = 4 * MLA.hidden + MLA.q_lora_rank + MLA.kv_lora_rank
-    assert planned(with_mtp) - planned(MLA) - (counted(with_mtp) - counted(MLA)) == 6 * norm_weights * B * S
+    assert (
+        planned(with_mtp) - planned(MLA) - (counted(with_mtp) - counted(MLA))
+        == 6 * norm_weights * B * S
+    )
 
 
 def _flops_and_grads(model, attention):
@@ -133,17 +187,34 @@ def test_flash_backward_recomputes_qk(model):
     for a, b in zip(g_explicit, g_flash, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)  # float64: the same gradients
     mla = ".mla" if model.attention == "mla" else ""
-    per_token = an.formula(f"compute.flash_backward_recompute_flops_per_token{mla}").bind(
-        {**model.inputs(), "seq_len": S}).value().magnitude
+    per_token = (
+        an.formula(f"compute.flash_backward_recompute_flops_per_token{mla}")
+        .bind({**model.inputs(), "seq_len": S})
+        .value()
+        .magnitude
+    )
     assert flash - explicit == per_token * model.layers * S * B
 
 
 def test_plan_adds_the_flash_backward_to_hardware_flops():
-    """A GPT plan with and without FlashAttention differs by what the matmul reference's backward adds."""
+    """A GPT plan with and without FlashAttention differs by what the matmul reference's backward
+    adds."""
+
     def planned(flash):
-        plan = an.Plan(GPT, an.hardware("h100-sxm"), an.Layout(), seq_len=S, global_batch=B, flash_attention=flash)
+        plan = an.Plan(
+            GPT,
+            an.hardware("h100-sxm"),
+            an.Layout(),
+            seq_len=S,
+            global_batch=B,
+            flash_attention=flash,
+        )
         return plan.hardware_flops().to("FLOP").magnitude
-    assert planned(True) - planned(False) == _flops_and_grads(GPT, "flash-matmul")[0] - _flops_and_grads(GPT, "explicit")[0]
+
+    assert (
+        planned(True) - planned(False)
+        == _flops_and_grads(GPT, "flash-matmul")[0] - _flops_and_grads(GPT, "explicit")[0]
+    )
 
 
 def test_transformer_refuses_unknown_attention_and_dropout_it_cannot_apply():
@@ -159,17 +230,24 @@ def test_selective_recompute_adds_one_attention_core_forward():
     Megatron's checkpoint recomputes. PyTorch's non-reentrant checkpoint stops early, once the saved
     tensors are back, and skips the last matmul: half of that. Korthikanti et al.'s eq. (8) adds
     three times the full amount (validation/REPORT.md records the disagreement)."""
+
     def flops(core, early_stop=True):
         torch.manual_seed(0)
         net = Transformer(GPT, seq_len=S, attention="explicit", recompute_core=core)
-        with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop), FlopCounterMode(display=False) as fc:
+        with (
+            torch.utils.checkpoint.set_checkpoint_early_stop(early_stop),
+            FlopCounterMode(display=False) as fc,
+        ):
             net(torch.randint(0, 50, (B, S))).float().sum().backward()
         return fc.get_total_flops()
+
     extra = 4 * GPT.heads * GPT.head_dim * S * B * S * GPT.layers
     base = flops(False)
     assert flops(True, early_stop=False) - base == extra
     assert flops(True, early_stop=True) - base == extra // 2
-    plan = an.Plan(GPT, an.hardware("h100-sxm"), an.Layout(recompute="selective"), seq_len=S, global_batch=B)
+    plan = an.Plan(
+        GPT, an.hardware("h100-sxm"), an.Layout(recompute="selective"), seq_len=S, global_batch=B
+    )
     none = an.Plan(GPT, an.hardware("h100-sxm"), an.Layout(), seq_len=S, global_batch=B)
     assert plan.hardware_flops().magnitude - none.hardware_flops().magnitude == extra
 
@@ -180,50 +258,91 @@ def test_palm_convention_over_counts_by_the_untied_input_embedding():
     net = Transformer(LLAMA, seq_len=S, attention="explicit")
     with FlopCounterMode(display=False) as fc:
         net(torch.randint(0, 50, (B, S))).float().sum().backward()
-    palm = an.formula("compute.flops_per_token_palm").evaluate(
-        params=LLAMA.total_params, layers=2, heads=4, head_dim=8, seq_len=S).magnitude * S * B
+    palm = (
+        an.formula("compute.flops_per_token_palm")
+        .evaluate(params=LLAMA.total_params, layers=2, heads=4, head_dim=8, seq_len=S)
+        .magnitude
+        * S
+        * B
+    )
     norms = (2 * LLAMA.layers + 1) * LLAMA.hidden
     assert palm - fc.get_total_flops() == 6 * (LLAMA.vocab * LLAMA.hidden + norms) * S * B
 
 
 def _block_saved(model, attention, recompute="none", dropout=0.0):
     torch.manual_seed(0)
-    net = Transformer(model, dtype=torch.bfloat16, attention=attention, dropout=dropout, seq_len=S,
-                      recompute_core=recompute == "selective")
+    net = Transformer(
+        model,
+        dtype=torch.bfloat16,
+        attention=attention,
+        dropout=dropout,
+        seq_len=S,
+        recompute_core=recompute == "selective",
+    )
     blk = net.blocks[0]
     x = torch.randn(B, S, model.hidden, dtype=torch.bfloat16, requires_grad=True)
     cos, sin = (net.cos[:S], net.sin[:S]) if model.position == "rope" else (None, None)
     causal = net.causal[:S, :S]
     if recompute == "full":
-        fn = lambda: torch.utils.checkpoint.checkpoint(blk, x, cos, sin, causal, use_reentrant=False)  # noqa: E731
+        fn = lambda: torch.utils.checkpoint.checkpoint(
+            blk, x, cos, sin, causal, use_reentrant=False
+        )  # noqa: E731
     else:
         fn = lambda: blk(x, cos, sin, causal)  # noqa: E731
     return saved_bytes(fn, net)
 
 
 def test_saved_bytes_llama_block_flash():
-    """Flash attention, GQA, fused SwiGLU: the formula plus the two norms' fp32 statistics (4·s·b bytes
-    each), which the formula (like Korthikanti et al.) leaves out."""
+    """Flash attention, GQA, fused SwiGLU: the formula plus the two norms' fp32 statistics (4·s·b
+    bytes each), which the formula (like Korthikanti et al.) leaves out."""
     got = _block_saved(LLAMA, "flash")["total"]
-    want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
-        seq_len=S, microbatch_size=B, hidden=32, heads=4, kv_heads=2, head_dim=8, ffn_hidden=48, tp=1).magnitude
+    want = (
+        an.formula("memory.activations.layer_flash_swiglu")
+        .evaluate(
+            seq_len=S,
+            microbatch_size=B,
+            hidden=32,
+            heads=4,
+            kv_heads=2,
+            head_dim=8,
+            ffn_hidden=48,
+            tp=1,
+        )
+        .magnitude
+    )
     assert got == want + 2 * 4 * S * B
 
 
 def test_saved_bytes_selective_recompute_with_flash():
     """Recomputing the attention core keeps q, k, v and the output (the output projection's input)
     and drops only flash attention's fp32 statistics (4·s·b·a bytes), which the library's selective
-    count keeps: with flash attention there is no s² tensor left for selective recomputation to save."""
+    count keeps: with flash attention there is no s² tensor left for selective recomputation to
+    save."""
     got = _block_saved(LLAMA, "flash", recompute="selective")["total"]
-    want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
-        seq_len=S, microbatch_size=B, hidden=32, heads=4, kv_heads=2, head_dim=8, ffn_hidden=48, tp=1).magnitude
+    want = (
+        an.formula("memory.activations.layer_flash_swiglu")
+        .evaluate(
+            seq_len=S,
+            microbatch_size=B,
+            hidden=32,
+            heads=4,
+            kv_heads=2,
+            head_dim=8,
+            ffn_hidden=48,
+            tp=1,
+        )
+        .magnitude
+    )
     assert got == want + 2 * 4 * S * B - 4 * S * B * 4
 
 
 def test_saved_bytes_full_recompute_is_the_layer_input():
     got = _block_saved(LLAMA, "flash", recompute="full")["total"]
-    assert got == an.formula("memory.activations.layer_full_recompute").evaluate(
-        seq_len=S, microbatch_size=B, hidden=32).magnitude
+    assert (
+        got == an.formula("memory.activations.layer_full_recompute").evaluate(
+            seq_len=S, microbatch_size=B, hidden=32
+        ).magnitude
+    )
 
 
 def test_saved_bytes_gpt_block_is_korthikanti():
@@ -232,7 +351,11 @@ def test_saved_bytes_gpt_block_is_korthikanti():
     (8·s·b bytes each)."""
     gpt = an.Model.gpt(layers=1, hidden=32, heads=4, vocab=50, seq_len=S)
     got = _block_saved(gpt, "explicit", dropout=0.1)["total"]
-    want = an.formula("memory.activations.layer").evaluate(seq_len=S, microbatch_size=B, hidden=32, heads=4).magnitude
+    want = (
+        an.formula("memory.activations.layer")
+        .evaluate(seq_len=S, microbatch_size=B, hidden=32, heads=4)
+        .magnitude
+    )
     assert got == want + 2 * 8 * S * B
 
 
@@ -247,7 +370,12 @@ def test_adamw_state_is_12_bytes_per_parameter():
         m.grad = p.grad.float()
     opt.step()
     psi = LLAMA.total_params
-    state = sum(t.numel() * t.element_size() for st in opt.state.values() for k, t in st.items() if k != "step")
+    state = sum(
+        t.numel() * t.element_size()
+        for st in opt.state.values()
+        for k, t in st.items()
+        if k != "step"
+    )
     steps = sum(st["step"].numel() * st["step"].element_size() for st in opt.state.values())
     master = sum(m.numel() * m.element_size() for m in masters)
     weights = sum(p.numel() * p.element_size() for p in net.parameters())
@@ -256,4 +384,6 @@ def test_adamw_state_is_12_bytes_per_parameter():
     assert steps == 4 * per_tensor
     total = an.formula("memory.model_states.zero0").evaluate(params=psi).magnitude
     assert weights + grads + state + master == total
-    assert state + master == an.formula("memory.model_states.optimizer").evaluate(params=psi).magnitude
+    assert (
+        state + master == an.formula("memory.model_states.optimizer").evaluate(params=psi).magnitude
+    )

@@ -1,5 +1,5 @@
-"""Whole FSDP2 training steps of a tiny Llama on the CPU: their model states and their peak of live bytes
-(the allocated peak's counterpart) against the count of the same plan."""
+"""Whole FSDP2 training steps of a tiny Llama on the CPU: their model states and their peak of live
+bytes (the allocated peak's counterpart) against the count of the same plan."""
 
 import pytest
 
@@ -13,22 +13,33 @@ PARAMS = 2 * 4096 * 256 + 4 * BLOCK + 256
 
 
 def test_the_blocked_kernels_give_autograds_gradients():
-    """The norm and SwiGLU kernels compute a block of rows at a time; over 300 rows (two full blocks and a
-    part) their gradients are float64 autograd's of the plain expressions (``F.layer_norm`` for
-    LayerNorm), to fp32 rounding."""
+    """The norm and SwiGLU kernels compute a block of rows at a time; over 300 rows (two full blocks
+    and a part) their gradients are float64 autograd's of the plain expressions (``F.layer_norm``
+    for LayerNorm), to fp32 rounding."""
     import torch
     import torch.nn.functional as F
 
     from analytic.reference.kernels import BLOCK_ROWS, LayerNormFn, RMSNormFn, SwiGLUFn
+
     assert 300 % BLOCK_ROWS and 300 > 2 * BLOCK_ROWS
     torch.manual_seed(0)
-    x, w, g = torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True), torch.randn(
-        64, dtype=torch.float64, requires_grad=True), torch.randn(3, 100, 64, dtype=torch.float64)
+    x, w, g = (
+        torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True),
+        torch.randn(64, dtype=torch.float64, requires_grad=True),
+        torch.randn(3, 100, 64, dtype=torch.float64),
+    )
+
     def same_gradients(ours, plain, inputs):
-        for got, want in zip(torch.autograd.grad(ours, inputs, g), torch.autograd.grad(plain, inputs, g)):
+        for got, want in zip(
+            torch.autograd.grad(ours, inputs, g), torch.autograd.grad(plain, inputs, g)
+        ):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
-    same_gradients(RMSNormFn.apply(x, w, 1e-5), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w, (x, w))
+    same_gradients(
+        RMSNormFn.apply(x, w, 1e-5),
+        x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w,
+        (x, w),
+    )
     b = torch.randn(64, dtype=torch.float64, requires_grad=True)
     same_gradients(LayerNormFn.apply(x, w, b, 1e-5), F.layer_norm(x, (64,), w, b, 1e-5), (x, w, b))
     gate, up = (torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -36,14 +47,15 @@ def test_the_blocked_kernels_give_autograds_gradients():
 
 
 def test_the_record_of_live_bytes_misses_a_free_on_another_thread():
-    """The profiler's record by hand: 4,000 bytes kept and 16,000 freed give a peak of 20,000 and 4,000
-    kept; the same 4,000 freed on another thread still read as kept (why a step whose record ends holding
-    more than its gradients is measured again)."""
+    """The profiler's record by hand: 4,000 bytes kept and 16,000 freed give a peak of 20,000 and
+    4,000 kept; the same 4,000 freed on another thread still read as kept (why a step whose record
+    ends holding more than its gradients is measured again)."""
     import threading
 
     import torch
 
     from analytic.reference.profiling import live_bytes
+
     held = []
 
     def kept_and_transient():
@@ -63,9 +75,10 @@ def test_the_record_of_live_bytes_misses_a_free_on_another_thread():
 
 
 def test_the_record_counts_a_free_only_for_a_block_it_saw_allocated():
-    """Events by hand, (address, bytes): a free of an address never allocated under the profile (an older
-    tensor's) is not counted, and an address allocated again was freed before, unrecorded."""
+    """Events by hand, (address, bytes): a free of an address never allocated under the profile (an
+    older tensor's) is not counted, and an address allocated again was freed before, unrecorded."""
     from analytic.reference.profiling import fold
+
     assert fold([(1, 100), (2, 1), (9, -500), (1, -100), (3, 30)]) == (101, 31)
     assert fold([(1, 100), (1, 40), (2, 10)]) == (100, 50)
 
@@ -83,8 +96,9 @@ def measured(model, *, recompute="none", stack="torchtitan", wrapping="2024", **
     seconds)."""
     key = (repr(model), recompute, stack, wrapping, tuple(sorted(kw.items())))
     if key not in _MEASURED:
-        _MEASURED[key] = sm.measure(model, recompute=recompute, stack=stack, wrapping=wrapping,
-                                    **kw)
+        _MEASURED[key] = sm.measure(
+            model, recompute=recompute, stack=stack, wrapping=wrapping, **kw
+        )
     return _MEASURED[key]
 
 
@@ -92,45 +106,53 @@ def run(vocab: int, microbatches: int, recompute: str = "none"):
     model = sm.tiny(vocab, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=microbatches, recompute=recompute)
     mem = sm.plan(model, **kw).memory()
-    return {part: getattr(mem, part).to("byte").magnitude for part in ("weights", "gradients", "optimizer", "total")}, \
-        measured(model, **kw)
+    return {
+        part: getattr(mem, part).to("byte").magnitude
+        for part in ("weights", "gradients", "optimizer", "total")
+    }, measured(model, **kw)
 
 
-@pytest.mark.parametrize("vocab, recompute", [(4096, "none"), (512, "none"), (4096, "full"), (512, "full")])
+@pytest.mark.parametrize(
+    "vocab, recompute", [(4096, "none"), (512, "none"), (4096, "full"), (512, "full")]
+)
 def test_the_count_of_an_accumulating_step_is_its_peak(vocab, recompute):
-    """Two microbatches a step, so the fp32 gradient shards are live at the second one's peak, as the count
-    has them. The states are 16 bytes a parameter exactly (fp32 shards, fp32 gradients, AdamW's two fp32
-    moments against ZeRO's 2 + 2 + 12); the peak, mostly the loss's with a vocabulary of 4,096 and mostly
-    the blocks' activations with 512, is the count within 2.5%."""
+    """Two microbatches a step, so the fp32 gradient shards are live at the second one's peak, as
+    the count has them. The states are 16 bytes a parameter exactly (fp32 shards, fp32 gradients,
+    AdamW's two fp32 moments against ZeRO's 2 + 2 + 12); the peak, mostly the loss's with a
+    vocabulary of 4,096 and mostly the blocks' activations with 512, is the count within 2.5%."""
     ours, got = run(vocab, 2, recompute)
-    assert got["weights"] + got["gradients"] + got["optimizer"] == ours["weights"] + ours["gradients"] + ours["optimizer"]
+    assert (
+        got["weights"] + got["gradients"] + got["optimizer"]
+        == ours["weights"] + ours["gradients"] + ours["optimizer"]
+    )
     assert ours["total"] / got["peak"] - 1 == pytest.approx(0, abs=0.025)
 
 
 def test_a_step_of_one_microbatch_peaks_before_its_gradients_exist():
-    """With one microbatch a step, FSDP2 allocates the gradient shards in the backward, after the loss's
-    peak: the step peaks lower than the same step with two microbatches by exactly their bytes, 4 a
-    parameter. (On a GPU their blocks stay cached for the reduce-scatter stream that allocated them, so
-    the reserved peak keeps them, as the count does.)"""
+    """With one microbatch a step, FSDP2 allocates the gradient shards in the backward, after the
+    loss's peak: the step peaks lower than the same step with two microbatches by exactly their
+    bytes, 4 a parameter. (On a GPU their blocks stay cached for the reduce-scatter stream that
+    allocated them, so the reserved peak keeps them, as the count does.)"""
     _, one = run(4096, 1)
     _, two = run(4096, 2)
     assert two["peak"] - one["peak"] == one["gradients"] == 4 * PARAMS
 
 
 def test_the_compiled_loss_of_2025_in_a_whole_step():
-    """TorchTitan's loss compiled (the stack torchtitan-2025: 4 bytes a logit against 12): two microbatches
-    a step peak at the torchtitan-2025 plan's count within 2.5%."""
+    """TorchTitan's loss compiled (the stack torchtitan-2025: 4 bytes a logit against 12): two
+    microbatches a step peak at the torchtitan-2025 plan's count within 2.5%."""
     model = sm.tiny(4096, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=2, stack="torchtitan-2025")
     assert counted(model, **kw) / sm.measure(model, **kw)["peak"] - 1 == pytest.approx(0, abs=0.025)
 
 
 def test_a_short_step_peaks_in_a_foreach_optimizer_step():
-    """With 64 tokens a step the activations are small. TorchTitan's foreach AdamW of 2024 then peaks in its
-    step: the model states and the square roots of the second moments, 4 bytes a parameter more. The count
-    has that phase, its activations freed, and is the measured peak within 0.1% (the rotary tables and
-    AdamW's step counters are not counted). The fused AdamW of 2025 allocates nothing of that size: its
-    step peaks lower, in the forward and backward, at that phase's count within 5%."""
+    """With 64 tokens a step the activations are small. TorchTitan's foreach AdamW of 2024 then
+    peaks in its step: the model states and the square roots of the second moments, 4 bytes a
+    parameter more. The count has that phase, its activations freed, and is the measured peak within
+    0.1% (the rotary tables and AdamW's step counters are not counted). The fused AdamW of 2025
+    allocates nothing of that size: its step peaks lower, in the forward and backward, at that
+    phase's count within 5%."""
     model = sm.tiny(4096, 64)
     kw = dict(seq_len=64, microbatch_size=1, microbatches=1)
     mem = sm.plan(model, **kw).memory()
@@ -144,9 +166,9 @@ def test_a_short_step_peaks_in_a_foreach_optimizer_step():
 
 
 def test_the_2024_units_hold_the_embedding_and_the_last_block_through_the_loss():
-    """TorchTitan's FSDP2 units of 2024 keep the root (embedding, final norm, output layer) and the last
-    block unsharded through the loss; those of 2025 keep only the final norm and the output layer. The
-    step peaks higher by exactly the embedding's and one block's bf16 parameters."""
+    """TorchTitan's FSDP2 units of 2024 keep the root (embedding, final norm, output layer) and the
+    last block unsharded through the loss; those of 2025 keep only the final norm and the output
+    layer. The step peaks higher by exactly the embedding's and one block's bf16 parameters."""
     model = sm.tiny(4096, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=2)
     peaks = [measured(model, wrapping=w, **kw)["peak"] for w in ("2024", "2025")]
@@ -154,11 +176,12 @@ def test_the_2024_units_hold_the_embedding_and_the_last_block_through_the_loss()
 
 
 def test_a_wrapping_is_one_of_torchtitans():
-    """An unknown year, or the 2025 units' own output layer asked of a model with tied embeddings, is an
-    InputError naming the argument."""
+    """An unknown year, or the 2025 units' own output layer asked of a model with tied embeddings,
+    is an InputError naming the argument."""
     import torch
 
     from analytic.core.errors import InputError
+
     with pytest.raises(InputError, match="wrapping: expected one of '2024', '2025', got '2026'"):
         sm.build(sm.tiny(), 64, torch.device("cpu"), "2026")
     with pytest.raises(InputError, match="wrapping: .* tied embeddings"):
@@ -166,8 +189,8 @@ def test_a_wrapping_is_one_of_torchtitans():
 
 
 def test_two_ranks_hold_half_the_states_and_the_counts_peak():
-    """FSDP2 over two gloo processes: each holds exactly half of the 16 bytes a parameter, and its peak, a
-    step of two microbatches, is the dp = 2 plan's count within 2.5%."""
+    """FSDP2 over two gloo processes: each holds exactly half of the 16 bytes a parameter, and its
+    peak, a step of two microbatches, is the dp = 2 plan's count within 2.5%."""
     model = sm.tiny(4096, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=2)
     ranks = sm.measure_ranks(model, 2, **kw)
@@ -177,12 +200,24 @@ def test_two_ranks_hold_half_the_states_and_the_counts_peak():
         assert total / got["peak"] - 1 == pytest.approx(0, abs=0.025)
 
 
-@pytest.mark.parametrize("argv, said", [(["--vocab", "0"], "--vocab: expected an integer ≥ 1"),
-                                        (["--microbatches", "2.5"], "--microbatches: expected an integer, got '2.5'"),
-                                        (["--stack", "megatron-core"], "python -m analytic.reference.step_memory: "
-                                                                       "argument --stack: invalid choice: 'megatron-core'"),
-                                        (["--wrapping", "2026"], "python -m analytic.reference.step_memory: argument --wrapping: "
-                                                                 "invalid choice: '2026'")])
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--vocab", "0"], "--vocab: expected an integer ≥ 1"),
+        (["--microbatches", "2.5"], "--microbatches: expected an integer, got '2.5'"),
+        (
+            ["--stack", "megatron-core"],
+            (
+                "python -m analytic.reference.step_memory: "
+                "argument --stack: invalid choice: 'megatron-core'"
+            ),
+        ),
+        (
+            ["--wrapping", "2026"],
+            "python -m analytic.reference.step_memory: argument --wrapping: invalid choice: '2026'",
+        ),
+    ],
+)
 def test_the_script_says_what_is_wrong_with_a_flag(argv, said, capsys):
     """A bad count or choice is one line naming the flag, and exit status 2."""
     with pytest.raises(SystemExit) as exc:
@@ -195,6 +230,7 @@ def test_the_script_says_what_is_wrong_with_a_flag(argv, said, capsys):
 def test_the_script_says_the_cuda_device_is_missing(capsys):
     """Asked for a GPU where there is none, the script says so in one line and exits 2."""
     import torch
+
     if torch.cuda.is_available():
         pytest.skip("a GPU is here")
     with pytest.raises(SystemExit) as exc:
@@ -204,10 +240,16 @@ def test_the_script_says_the_cuda_device_is_missing(capsys):
 
 
 def test_the_script_writes_its_comparison_where_asked(tmp_path, capsys):
-    """``--json FILE`` writes the printed rows: the states, measured to the byte as the count has them."""
+    """``--json FILE`` writes the printed rows: the states, measured to the byte as the count has
+    them."""
     import json
+
     out = tmp_path / "step.json"
     assert sm.main(["--seq", "128", "--vocab", "512", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [r["what"] for r in rows] == [line.strip().split("  ")[0] for line in capsys.readouterr().out.splitlines()[1:]]
-    assert rows[0]["library_bytes"] == rows[0]["measured_bytes"] and rows[2]["measured_bytes"] is None
+    assert [r["what"] for r in rows] == [
+        line.strip().split("  ")[0] for line in capsys.readouterr().out.splitlines()[1:]
+    ]
+    assert (
+        rows[0]["library_bytes"] == rows[0]["measured_bytes"] and rows[2]["measured_bytes"] is None
+    )

@@ -29,8 +29,9 @@ def test_the_busiest_rank_saves_and_receives_its_share_times_the_imbalance():
     2 · 4,096) · 8 bytes more (hand count), and its all-to-alls move twice the bytes; the FLOPs do
     not change, the MFU falls as the step lengthens."""
     balanced, skewed = _plan(), _plan(routing_imbalance=2)
-    extra = (round(skewed.memory().activations.m_as("byte"))
-             - round(balanced.memory().activations.m_as("byte")))
+    extra = round(skewed.memory().activations.m_as("byte")) - round(
+        balanced.memory().activations.m_as("byte")
+    )
     assert extra == 94 * 4096 * (6 * 1536 + 2 * 4096) * 8
     assert (skewed.communication()["ep"] / balanced.communication()["ep"]).to(
         ""
@@ -121,8 +122,12 @@ def test_the_shipped_dropless_imbalance_is_what_its_pairs_give():
             assert "stderr" not in shipped[name]
     for p in found:
         balanced = plan_of(p["plan"]).step_time()
-        below, above = ((plan_of(p["plan"], routing_imbalance=each[p["id"]] * f).step_time()
-                         / balanced).to("").magnitude for f in (1 - 1e-6, 1 + 1e-6))
+        below, above = (
+            (plan_of(p["plan"], routing_imbalance=each[p["id"]] * f).step_time() / balanced)
+            .to("")
+            .magnitude
+            for f in (1 - 1e-6, 1 + 1e-6)
+        )
         assert below / 1.02 <= p["ratio"] <= above * 1.02, p["id"]
 
 
@@ -213,8 +218,9 @@ def test_activations_cached_in_fp8_shrink_with_the_busiest_ranks_copies():
     cached = an.Layout(dp=8, ep=8, zero=1, fp8_activations=True)
     balanced = _plan(cached, dtype="fp8")
     skewed = _plan(cached, dtype="fp8", routing_imbalance=2)
-    extra = (round(skewed.memory().activations.m_as("byte"))
-             - round(balanced.memory().activations.m_as("byte")))
+    extra = round(skewed.memory().activations.m_as("byte")) - round(
+        balanced.memory().activations.m_as("byte")
+    )
     assert extra == 94 * 4096 * (3 * 1536 + 4096) * 8
 
 
@@ -222,6 +228,7 @@ def test_a_shared_expert_adds_its_swiglus_passes_as_a_routed_copy_does():
     """Qwen3-30B-A3B given one and two shared experts: each adds the same memory-bound time (its
     SwiGLU's forward and backward passes over every token), more than none."""
     from analytic.presets import model
+
     base = model("qwen3-30b-a3b")
     plans = [an.Plan(base.replace(shared_experts=s), "h100-sxm", EP8, **KW) for s in (0, 1, 2)]
     times = [p.value("time.memory_bound").to("s").magnitude for p in plans]
@@ -233,10 +240,36 @@ def test_a_plan_that_does_not_fit_lists_the_layouts_that_do_at_its_imbalance(cap
     """`analytic step` on a dropless Qwen3-235B-A22B layout that does not fit lists the layouts that
     do as search counts them at the same imbalance (none at EP 1 is slowed), not as balanced routing
     would."""
-    flags = ["--model", "qwen3-235b-a22b", "--hardware", "h100-sxm", "--gpus", "256", "--tp", "2",
-             "--pp", "8", "--vpp", "4", "--ep", "32", "--etp", "1", "--sp", "--ends-as-layers",
-             "--zero", "1", "--schedule", "interleaved", "--seq", "4096", "--global-batch", "2048",
-             "--routing-imbalance", "dropless"]
+    flags = [
+        "--model",
+        "qwen3-235b-a22b",
+        "--hardware",
+        "h100-sxm",
+        "--gpus",
+        "256",
+        "--tp",
+        "2",
+        "--pp",
+        "8",
+        "--vpp",
+        "4",
+        "--ep",
+        "32",
+        "--etp",
+        "1",
+        "--sp",
+        "--ends-as-layers",
+        "--zero",
+        "1",
+        "--schedule",
+        "interleaved",
+        "--seq",
+        "4096",
+        "--global-batch",
+        "2048",
+        "--routing-imbalance",
+        "dropless",
+    ]
     assert main(["step", *flags, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["fitting_layouts"]
     kw = dict(gpus=256, seq_len=4096, global_batch=2048, top=3)
@@ -249,6 +282,7 @@ def test_a_plan_that_does_not_fit_lists_the_layouts_that_do_at_its_imbalance(cap
 
 def test_a_pair_whose_plan_is_not_a_table_is_refused(tmp_path):
     (tmp_path / routing.PAIRS_FILE).write_text(
-        '[[pair]]\nid = "x"\nsource = "s"\nplan = 3\nforced = "2 TFLOP/s"\ndropless = "1 TFLOP/s"\n')
+        '[[pair]]\nid = "x"\nsource = "s"\nplan = 3\nforced = "2 TFLOP/s"\ndropless = "1 TFLOP/s"\n'
+    )
     with pytest.raises(an.InputError, match="a pair needs id, source, plan \\(a table\\)"):
         routing.pairs(tmp_path)

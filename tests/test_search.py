@@ -10,9 +10,18 @@ MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
     import os
+
     os.environ["ANALYTIC_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    return an.search(MODEL, HW, gpus=64, seq_len=4096, global_batch=256, recompute=("none", "full"),
-                     zero=(1, 3), schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"))
+    return an.search(
+        MODEL,
+        HW,
+        gpus=64,
+        seq_len=4096,
+        global_batch=256,
+        recompute=("none", "full"),
+        zero=(1, 3),
+        schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"),
+    )
 
 
 def test_search_numbers_equal_plan(result):
@@ -21,7 +30,9 @@ def test_search_numbers_equal_plan(result):
     rng = np.random.default_rng(0)
     for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
         plan = result.row(j).plan(MODEL, HW, seq_len=4096, global_batch=256)
-        assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        assert arrays["memory"][j] == pytest.approx(
+            plan.memory().total.to("byte").magnitude, rel=1e-9
+        )
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
         assert arrays["mfu"][j] == pytest.approx(plan.mfu(), rel=1e-9)
 
@@ -30,9 +41,27 @@ def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
     """An MLA MoE model with an MTP module, every schedule, ZeRO stage and recompute policy: EP, the
     node-limited all-to-all and DualPipe as Plan computes them, to 1e-9 relative."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    moe = an.Model(layers=16, hidden=2048, heads=16, head_dim=128, vocab=32000, mlp="swiglu", position="rope",
-                   ffn_hidden=8192, experts=64, topk=6, shared_experts=2, expert_ffn_hidden=1024, dense_layers=1,
-                   attention="mla", q_lora_rank=512, kv_lora_rank=256, rope_dim=64, nodes_per_token=2, mtp_modules=1)
+    moe = an.Model(
+        layers=16,
+        hidden=2048,
+        heads=16,
+        head_dim=128,
+        vocab=32000,
+        mlp="swiglu",
+        position="rope",
+        ffn_hidden=8192,
+        experts=64,
+        topk=6,
+        shared_experts=2,
+        expert_ffn_hidden=1024,
+        dense_layers=1,
+        attention="mla",
+        q_lora_rank=512,
+        kv_lora_rank=256,
+        rope_dim=64,
+        nodes_per_token=2,
+        mtp_modules=1,
+    )
     hw = an.hardware("h800")
     res = an.search(moe, hw, gpus=64, seq_len=4096, global_batch=128, progress=False)
     arrays = res.arrays
@@ -41,7 +70,9 @@ def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
     rng = np.random.default_rng(1)
     for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
         plan = res.row(j).plan(moe, hw, seq_len=4096, global_batch=128)
-        assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        assert arrays["memory"][j] == pytest.approx(
+            plan.memory().total.to("byte").magnitude, rel=1e-9
+        )
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
 
 
@@ -62,7 +93,13 @@ def test_every_enumerated_layout_is_valid(result):
 
 
 def test_best_at_least_as_good_as_a_published_layout(result):
-    published = an.Plan(MODEL, HW, an.Layout(tp=8, dp=8, zero=1, sequence_parallel=True), seq_len=4096, global_batch=256)
+    published = an.Plan(
+        MODEL,
+        HW,
+        an.Layout(tp=8, dp=8, zero=1, sequence_parallel=True),
+        seq_len=4096,
+        global_batch=256,
+    )
     assert result.best.step_time <= published.step_time().to("s").magnitude * (1 + 1e-12)
 
 
@@ -73,7 +110,8 @@ def test_search_rejects_bad_input():
         an.search(MODEL, HW, gpus=0, seq_len=1024, global_batch=8)
     with pytest.raises(InputError, match="batch"):
         an.search(MODEL, HW, gpus=8, seq_len=1024)
-    with pytest.raises(InputError, match="no fp8 peak; its training dtypes are bf16, fp16"):  # as Plan says
+    # as Plan says
+    with pytest.raises(InputError, match="no fp8 peak; its training dtypes are bf16, fp16"):
         an.search(MODEL, an.hardware("a100-80g"), gpus=8, seq_len=1024, global_batch=8, dtype="fp8")
 
 
@@ -96,15 +134,28 @@ class _Terminal:
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_bar_only_on_a_terminal(monkeypatch, result, tty):
     import sys
+
     search_module = sys.modules["analytic.search.layouts"]  # the module (an.search is the function)
     monkeypatch.setattr(search_module, "CHUNK", 1000)  # several steps for this small search
     err = _Terminal(tty)
     monkeypatch.setattr(sys, "stderr", err)
-    res = an.search(MODEL, HW, gpus=64, seq_len=4096, global_batch=256, recompute=("none", "full"),
-                    zero=(1, 3), schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"))
+    res = an.search(
+        MODEL,
+        HW,
+        gpus=64,
+        seq_len=4096,
+        global_batch=256,
+        recompute=("none", "full"),
+        zero=(1, 3),
+        schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"),
+    )
     assert res.evaluated == result.evaluated and res.best.step_time == result.best.step_time
     if tty:  # tqdm's bar, its total the layouts evaluated (4.2k)
-        assert "search" in err.text and f"/{res.evaluated / 1e3:.2f}k" in err.text and "layouts" in err.text
+        assert (
+            "search" in err.text
+            and f"/{res.evaluated / 1e3:.2f}k" in err.text
+            and "layouts" in err.text
+        )
     else:
         assert err.text == ""
 
@@ -113,8 +164,15 @@ def test_async_tp_search_equals_plan(tmp_path, monkeypatch):
     """search(async_tp=True): TP layouts carry async TP, their numbers are Plan's, and hiding TP
     traffic never makes a layout slower."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",), schedules=("1f1b",),
-              progress=False)
+    kw = dict(
+        gpus=64,
+        seq_len=4096,
+        global_batch=256,
+        zero=(1,),
+        recompute=("none",),
+        schedules=("1f1b",),
+        progress=False,
+    )
     plain, hidden = an.search(MODEL, HW, **kw), an.search(MODEL, HW, async_tp=True, **kw)
     # (the two come from different compiled programs: equal where TP is absent up to rounding)
     assert np.all(hidden.arrays["step_time"] <= plain.arrays["step_time"] * (1 + 1e-12))
@@ -130,8 +188,15 @@ def test_reserved_sms_search_equals_plan(tmp_path, monkeypatch):
     """search(comm_sms=…): every layout carries the reserved SMs, its numbers are Plan's, and no
     layout gets faster; more SMs than the accelerator has is refused."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",), schedules=("1f1b",),
-              progress=False)
+    kw = dict(
+        gpus=64,
+        seq_len=4096,
+        global_batch=256,
+        zero=(1,),
+        recompute=("none",),
+        schedules=("1f1b",),
+        progress=False,
+    )
     plain, reserved = an.search(MODEL, HW, **kw), an.search(MODEL, HW, comm_sms=20, **kw)
     assert np.all(reserved.arrays["step_time"] > plain.arrays["step_time"])
     row = reserved.best
@@ -148,13 +213,25 @@ def test_per_tensor_zero3_search_equals_plan(tmp_path, monkeypatch):
     """search(zero3_gather="per-tensor"): ZeRO-3 layouts gather tensor by tensor and get slower, the
     others are untouched; every number is Plan's."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    kw = dict(gpus=64, seq_len=4096, global_batch=256, recompute=("full",), schedules=("1f1b",), progress=False)
-    block, tensor = an.search(MODEL, HW, **kw), an.search(MODEL, HW, zero3_gather="per-tensor", **kw)
+    kw = dict(
+        gpus=64,
+        seq_len=4096,
+        global_batch=256,
+        recompute=("full",),
+        schedules=("1f1b",),
+        progress=False,
+    )
+    block, tensor = an.search(MODEL, HW, **kw), an.search(
+        MODEL, HW, zero3_gather="per-tensor", **kw
+    )
     stage3 = block.arrays["zero"] == 3
-    np.testing.assert_allclose(tensor.arrays["step_time"][~stage3], block.arrays["step_time"][~stage3],
-                               rtol=1e-12)  # two compiled programs: equal up to rounding
-    assert np.all(tensor.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)]
-                  > block.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)])
+    np.testing.assert_allclose(
+        tensor.arrays["step_time"][~stage3], block.arrays["step_time"][~stage3], rtol=1e-12
+    )  # two compiled programs: equal up to rounding
+    assert np.all(
+        tensor.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)]
+        > block.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)]
+    )
     j = int(np.flatnonzero(stage3 & (block.arrays["dp"] > 1))[0])
     row = tensor.row(j)
     assert row.layout.zero3_gather == "per-tensor" and row.as_dict()["zero3_gather"] == "per-tensor"
@@ -165,28 +242,44 @@ def test_per_tensor_zero3_search_equals_plan(tmp_path, monkeypatch):
 
 
 def test_stack_search_equals_plan(tmp_path, monkeypatch):
-    """search(stack="torchtitan"): every layout is counted on that stack, its numbers equal that stack's
-    Plan's with and without TP (whose vocabulary-parallel loss holds more bytes a logit), its rows
-    rebuild their plan on it, and no ZeRO-1 layout holds what Megatron-Core's does (fp32 gradient
-    buffers there, bf16 gradients here); an unknown stack is refused."""
+    """search(stack="torchtitan"): every layout is counted on that stack, its numbers equal that
+    stack's Plan's with and without TP (whose vocabulary-parallel loss holds more bytes a logit),
+    its rows rebuild their plan on it, and no ZeRO-1 layout holds what Megatron-Core's does (fp32
+    gradient buffers there, bf16 gradients here); an unknown stack is refused."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1, 3), recompute=("none", "full"),
-              schedules=("1f1b",), progress=False)
+    kw = dict(
+        gpus=64,
+        seq_len=4096,
+        global_batch=256,
+        zero=(1, 3),
+        recompute=("none", "full"),
+        schedules=("1f1b",),
+        progress=False,
+    )
     titan, core = an.search(MODEL, HW, stack="torchtitan", **kw), an.search(MODEL, HW, **kw)
     assert titan.stack == "torchtitan" and core.stack == "megatron-core"
     arrays = titan.arrays
     rng = np.random.default_rng(2)
-    picked = [*rng.choice(np.flatnonzero(arrays["tp"] == 1), 5, replace=False),
-              *rng.choice(np.flatnonzero(arrays["tp"] > 1), 10, replace=False)]
+    picked = [
+        *rng.choice(np.flatnonzero(arrays["tp"] == 1), 5, replace=False),
+        *rng.choice(np.flatnonzero(arrays["tp"] > 1), 10, replace=False),
+    ]
     for j in picked:
         row = titan.row(j)
         assert row.stack == "torchtitan" and row.as_dict()["stack"] == "torchtitan"
         plan = row.plan(MODEL, HW, seq_len=4096, global_batch=256)
         assert plan.stack == "torchtitan"
-        assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        assert arrays["memory"][j] == pytest.approx(
+            plan.memory().total.to("byte").magnitude, rel=1e-9
+        )
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
-    zero1 = (arrays["zero"] == 1) & (arrays["pp"] == 1) & (arrays["recompute"] == an.plan.RECOMPUTE.index("none"))
-    assert zero1.sum() > 5 and np.array_equal(core.arrays["tp"][zero1], arrays["tp"][zero1])  # the same layouts, in the same order
+    zero1 = (
+        (arrays["zero"] == 1)
+        & (arrays["pp"] == 1)
+        & (arrays["recompute"] == an.plan.RECOMPUTE.index("none"))
+    )
+    # the same layouts, in the same order
+    assert zero1.sum() > 5 and np.array_equal(core.arrays["tp"][zero1], arrays["tp"][zero1])
     assert np.all(arrays["memory"][zero1] != core.arrays["memory"][zero1])
     with pytest.raises(InputError, match="stack"):
         an.search(MODEL, HW, stack="torchtitn", **kw)
@@ -198,8 +291,15 @@ def test_search_arguments_are_checked(tmp_path, monkeypatch):
     """Subsets must be non-empty and hold valid values; limits and top are positive integers."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
-    for bad in (dict(microbatch_sizes=()), dict(microbatch_sizes=(0,)), dict(microbatch_sizes=(2.5,)),
-                dict(vpps=(1,)), dict(max_tp=0), dict(max_cp=-1), dict(top=-1)):
+    for bad in (
+        dict(microbatch_sizes=()),
+        dict(microbatch_sizes=(0,)),
+        dict(microbatch_sizes=(2.5,)),
+        dict(vpps=(1,)),
+        dict(max_tp=0),
+        dict(max_cp=-1),
+        dict(top=-1),
+    ):
         name = next(iter(bad))
         with pytest.raises(InputError, match=name):
             an.search(MODEL, HW, **kw, **bad)
@@ -210,26 +310,58 @@ def test_every_enumerated_layout_passes_the_one_layout_check():
     """search enumerates by its own loops for speed; each row it yields is a layout Plan accepts."""
     from analytic.plan import RECOMPUTE, SCHEDULES, check_layout
     from analytic.search.layouts import enumerate_layouts
-    for model, hw, gpus, seq, batch in ((MODEL, HW, 64, 4096, 256), (an.model("deepseek-v3"), an.hardware("h800"), 256, 4096, 512)):
+
+    for model, hw, gpus, seq, batch in (
+        (MODEL, HW, 64, 4096, 256),
+        (an.model("deepseek-v3"), an.hardware("h800"), 256, 4096, 512),
+    ):
         rows = enumerate_layouts(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
         n = len(rows["tp"])
         assert n > 100
         for j in range(0, n, max(1, n // 400)):
             d = {k: int(rows[k][j]) for k in rows}
-            layout = an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
-                               sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
-                               schedule=SCHEDULES[d["schedule"]])
-            check_layout(model, layout, seq_len=seq, global_batch=batch, microbatch_size=d["microbatch_size"],
-                         scale_up_domain=hw.gpus_per_node, sms=hw.sms)
+            layout = an.Layout(
+                tp=d["tp"],
+                pp=d["pp"],
+                dp=d["dp"],
+                cp=d["cp"],
+                ep=d["ep"],
+                vpp=d["vpp"],
+                zero=d["zero"],
+                sequence_parallel=d["tp"] > 1,
+                recompute=RECOMPUTE[d["recompute"]],
+                schedule=SCHEDULES[d["schedule"]],
+            )
+            check_layout(
+                model,
+                layout,
+                seq_len=seq,
+                global_batch=batch,
+                microbatch_size=d["microbatch_size"],
+                scale_up_domain=hw.gpus_per_node,
+                sms=hw.sms,
+            )
 
 
-@pytest.mark.parametrize("kw, constraint", [(dict(tp=3), "heads"), (dict(pp=64), "layers"), (dict(cp=3), "sequence"),
-                                            (dict(dp=3), "split"), (dict(tp=16), "node"), (dict(ep=2, dp=2), "MoE")])
+@pytest.mark.parametrize(
+    "kw, constraint",
+    [
+        (dict(tp=3), "heads"),
+        (dict(pp=64), "layers"),
+        (dict(cp=3), "sequence"),
+        (dict(dp=3), "split"),
+        (dict(tp=16), "node"),
+        (dict(ep=2, dp=2), "MoE"),
+    ],
+)
 def test_the_layout_check_names_the_constraint(kw, constraint):
     from analytic.plan import check_layout
+
     layout = an.Layout(**({"tp": 1} | kw))
     with pytest.raises(LayoutError, match=constraint):
-        check_layout(MODEL, layout, seq_len=4096, global_batch=256, microbatch_size=1, scale_up_domain=8)
+        check_layout(
+            MODEL, layout, seq_len=4096, global_batch=256, microbatch_size=1, scale_up_domain=8
+        )
 
 
 def test_search_over_several_sizes_by_objective(tmp_path, monkeypatch):
@@ -238,8 +370,15 @@ def test_search_over_several_sizes_by_objective(tmp_path, monkeypatch):
     two rank alike (6·N·D MFU is FLOPs over GPU-seconds)."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
-    kw = dict(gpus=[64, 256, 1024], seq_len=8192, global_batch=64, zero=(1, 2), recompute=("none",),
-              schedules=("1f1b", "zb-h2"), progress=False)
+    kw = dict(
+        gpus=[64, 256, 1024],
+        seq_len=8192,
+        global_batch=64,
+        zero=(1, 2),
+        recompute=("none",),
+        schedules=("1f1b", "zb-h2"),
+        progress=False,
+    )
     fast, cheap, busy = (an.search(m, hw, objective=o, **kw) for o in ("step_time", "cost", "mfu"))
     assert set(fast.arrays["gpus"]) == {64, 256, 1024} and fast.evaluated == cheap.evaluated
     fits = fast.arrays["fits"]
@@ -263,18 +402,39 @@ def test_mesh_search_equals_plan(tmp_path, monkeypatch):
     group reaches t − 1 of the seven links)."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     mi = an.hardware("mi300x")
-    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",), schedules=("1f1b",),
-              progress=False)
+    kw = dict(
+        gpus=64,
+        seq_len=4096,
+        global_batch=256,
+        zero=(1,),
+        recompute=("none",),
+        schedules=("1f1b",),
+        progress=False,
+    )
     res = an.search(MODEL, mi, **kw)
     for tp in (2, 4, 8):
-        j = int(np.flatnonzero((res.arrays["tp"] == tp) & (res.arrays["pp"] == 1) & (res.arrays["cp"] == 1))[0])
+        j = int(
+            np.flatnonzero(
+                (res.arrays["tp"] == tp) & (res.arrays["pp"] == 1) & (res.arrays["cp"] == 1)
+            )[0]
+        )
         plan = res.row(j).plan(MODEL, mi, seq_len=4096, global_batch=256)
-        assert res.arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
-        assert res.arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
-        switched = res.row(j).plan(MODEL, mi.replace(scale_up_links=None), seq_len=4096, global_batch=256)
+        assert res.arrays["step_time"][j] == pytest.approx(
+            plan.step_time().to("s").magnitude, rel=1e-9
+        )
+        assert res.arrays["memory"][j] == pytest.approx(
+            plan.memory().total.to("byte").magnitude, rel=1e-9
+        )
+        switched = res.row(j).plan(
+            MODEL, mi.replace(scale_up_links=None), seq_len=4096, global_batch=256
+        )
         eta = float(plan.inputs["scale_up_efficiency"])
         sent = plan.communication()["tp"].to("byte").magnitude
-        slower = (plan.communication_time()["tp"] - switched.communication_time()["tp"]).to("s").magnitude
+        slower = (
+            (plan.communication_time()["tp"] - switched.communication_time()["tp"])
+            .to("s")
+            .magnitude
+        )
         assert slower == pytest.approx(sent / (448e9 * eta) * (7 / (tp - 1) - 1), rel=1e-9)
 
 
@@ -288,22 +448,35 @@ def test_a_learned_position_table_bounds_the_sequence():
     with pytest.raises(LayoutError, match="position table"):
         an.search(gpt3, a100, gpus=1024, seq_len=4096, global_batch=64, progress=False)
     an.Plan(gpt3, a100, an.Layout(tp=8, pp=16, dp=8), seq_len=2048, global_batch=64)
-    an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=65536, global_batch=8)
+    an.Plan(
+        an.model("llama3-8b"),
+        an.hardware("h100-sxm"),
+        an.Layout(dp=8),
+        seq_len=65536,
+        global_batch=8,
+    )
 
 
 def test_sequence_parallelism_needs_tp_to_divide_each_cp_ranks_tokens():
-    """4,100 tokens split over 4 TP ranks (1,025 each) but not over 8: Plan refuses TP 8 with sequence
-    parallelism (Megatron-LM's reduce-scatter asserts it) and takes it without; search, which turns
-    sequence parallelism on wherever tp > 1, lists no TP-8 layout at 4,100 and does at 4,096."""
+    """4,100 tokens split over 4 TP ranks (1,025 each) but not over 8: Plan refuses TP 8 with
+    sequence parallelism (Megatron-LM's reduce-scatter asserts it) and takes it without; search,
+    which turns sequence parallelism on wherever tp > 1, lists no TP-8 layout at 4,100 and does at
+    4,096."""
     kw = dict(global_batch=64)
-    with pytest.raises(LayoutError, match="sequence_parallel: tp 8 does not divide the 4100 tokens"):
+    with pytest.raises(
+        LayoutError, match="sequence_parallel: tp 8 does not divide the 4100 tokens"
+    ):
         an.Plan(MODEL, HW, an.Layout(tp=8, dp=8, sequence_parallel=True), seq_len=4100, **kw)
     an.Plan(MODEL, HW, an.Layout(tp=8, dp=8), seq_len=4100, **kw)
     an.Plan(MODEL, HW, an.Layout(tp=4, dp=16, sequence_parallel=True), seq_len=4100, **kw)
-    with pytest.raises(LayoutError, match="tp 4 does not divide the 2050 tokens"):  # CP 2 leaves 2,050 tokens a rank
+    # CP 2 leaves 2,050 tokens a rank
+    with pytest.raises(LayoutError, match="tp 4 does not divide the 2050 tokens"):
         an.Plan(MODEL, HW, an.Layout(tp=4, cp=2, dp=8, sequence_parallel=True), seq_len=4100, **kw)
     from analytic.search.layouts import enumerate_layouts
-    odd, even = (enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096))
+
+    odd, even = (
+        enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096)
+    )
     assert set(odd["tp"]) == {1.0, 2.0, 4.0} and 8.0 in set(even["tp"])
 
 
@@ -313,20 +486,31 @@ def test_context_parallelism_needs_two_chunks_a_rank():
     lists no CP-4 layout at 4,100 and does at 4,096. sequence_unit combines it with SP's split."""
     from analytic.plan import sequence_unit
     from analytic.search.layouts import enumerate_layouts
-    assert [sequence_unit(1, 8, True), sequence_unit(2, 8, True), sequence_unit(2, 1, False), sequence_unit(4, 3, True),
-            sequence_unit(1, 8, False)] == [8, 16, 4, 24, 1]
+
+    assert [
+        sequence_unit(1, 8, True),
+        sequence_unit(2, 8, True),
+        sequence_unit(2, 1, False),
+        sequence_unit(4, 3, True),
+        sequence_unit(1, 8, False),
+    ] == [8, 16, 4, 24, 1]
     kw = dict(global_batch=64)
     an.Plan(MODEL, HW, an.Layout(cp=2, dp=32), seq_len=4100, **kw)
-    with pytest.raises(LayoutError, match="the 1025 tokens of each CP rank do not split into the two chunks"):
+    with pytest.raises(
+        LayoutError, match="the 1025 tokens of each CP rank do not split into the two chunks"
+    ):
         an.Plan(MODEL, HW, an.Layout(cp=4, dp=16), seq_len=4100, **kw)
-    odd, even = (enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096))
+    odd, even = (
+        enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096)
+    )
     assert 4.0 not in set(odd["cp"]) and 2.0 in set(odd["cp"]) and 4.0 in set(even["cp"])
 
 
 def _distinct_stacks() -> list[str]:
-    """The stacks whose properties differ beyond their name and efficiency family (a stack that takes its
-    base's kernels whole searches as its base does, at another constant)."""
+    """The stacks whose properties differ beyond their name and efficiency family (a stack that
+    takes its base's kernels whole searches as its base does, at another constant)."""
     from analytic.presets import stack
+
     seen, out = [], []
     for name in an.stacks():
         props = {k: v for k, v in stack(name).items() if k not in ("name", "efficiency")}
@@ -338,17 +522,28 @@ def _distinct_stacks() -> list[str]:
 
 @pytest.mark.parametrize("stack", _distinct_stacks())
 def test_every_ranked_row_is_plans_on_every_stack(stack):
-    """On each stack of its own properties, rows drawn across the ranking (tp = 1 among them, where Plan has no sequence
-    parallelism; selective recomputation on stacks whose policy for it is not modelled left out, as
-    Plan refuses it): each is a layout Plan accepts, with Plan's memory and step time (to 1e-12)."""
+    """On each stack of its own properties, rows drawn across the ranking (tp = 1 among them, where
+    Plan has no sequence parallelism; selective recomputation on stacks whose policy for it is not
+    modelled left out, as Plan refuses it): each is a layout Plan accepts, with Plan's memory and
+    step time (to 1e-12)."""
     model, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
     kw = dict(seq_len=4096, global_batch=32)
     flash = stack != "megatron-lm-2021"  # its stack has no fused attention kernel
     if not flash:  # the unfused formulas count GPT's layer: multi-head attention, a GELU MLP
-        model = an.Model(layers=24, hidden=2048, heads=16, vocab=51200, mlp="gelu", position="learned",
-                         max_seq_len=4096, name="gpt-1.3b")
+        model = an.Model(
+            layers=24,
+            hidden=2048,
+            heads=16,
+            vocab=51200,
+            mlp="gelu",
+            position="learned",
+            max_seq_len=4096,
+            name="gpt-1.3b",
+        )
     try:
-        res = an.search(model, hw, gpus=8, **kw, stack=stack, flash_attention=flash, progress=False, top=10**6)
+        res = an.search(
+            model, hw, gpus=8, **kw, stack=stack, flash_attention=flash, progress=False, top=10**6
+        )
     except an.InputError as exc:  # a stack that runs none of this model's layouts says why
         pytest.skip(str(exc))
     rows = list(res.ranked)
@@ -357,57 +552,91 @@ def test_every_ranked_row_is_plans_on_every_stack(stack):
     picks += [next(r for r in rows if r.layout.tp == 1)]
     for row in picks:
         plan = row.plan(model, hw, **kw)  # raises where Plan refuses the layout
-        assert plan.memory().total.to("byte").magnitude == pytest.approx(row.memory, rel=1e-12), row.layout
-        assert plan.step_time().to("s").magnitude == pytest.approx(row.step_time, rel=1e-12), row.layout
+        assert plan.memory().total.to("byte").magnitude == pytest.approx(
+            row.memory, rel=1e-12
+        ), row.layout
+        assert plan.step_time().to("s").magnitude == pytest.approx(
+            row.step_time, rel=1e-12
+        ), row.layout
         assert plan.memory_verdict() == row.verdict == "fits", row.layout
     if stack in ("llm-foundry", "maxtext"):  # selective recomputation not modelled for them
         assert all(r.layout.recompute != "selective" for r in rows)
         with pytest.raises(an.InputError, match="selective recomputation is not modelled"):
-            an.search(model, hw, gpus=8, **kw, stack=stack, recompute=("selective",), progress=False)
+            an.search(
+                model, hw, gpus=8, **kw, stack=stack, recompute=("selective",), progress=False
+            )
 
 
 def test_search_ranks_what_fits_at_its_peak_and_says_each_rows_verdict():
-    """Qwen3-30B-A3B on 8 H200 (the first hour's question): layouts whose count fits but whose predicted
-    peak does not are 'at the allocator's limit', as Plan says; they are ranked only with at_limit."""
+    """Qwen3-30B-A3B on 8 H200 (the first hour's question): layouts whose count fits but whose
+    predicted peak does not are 'at the allocator's limit', as Plan says; they are ranked only with
+    at_limit."""
     from pathlib import Path
+
     model = an.Model.from_hf(Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json")
     kw = dict(gpus=8, seq_len=4096, global_batch=64, progress=False, top=10**6)
     plain, every = an.search(model, "h200", **kw), an.search(model, "h200", **kw, at_limit=True)
     verdicts = {r.verdict for r in every.ranked}
-    assert verdicts == {"fits", "fits at the allocator's limit"} and {r.verdict for r in plain.ranked} == {"fits"}
+    assert verdicts == {"fits", "fits at the allocator's limit"} and {
+        r.verdict for r in plain.ranked
+    } == {"fits"}
     assert plain.fitting == sum(r.verdict == "fits" for r in every.ranked) < every.fitting
     limit = next(r for r in every.ranked if r.verdict != "fits")
-    assert limit.plan(model, an.hardware("h200"), seq_len=4096, global_batch=64).memory_verdict() == limit.verdict
+    assert (
+        limit.plan(model, an.hardware("h200"), seq_len=4096, global_batch=64).memory_verdict()
+        == limit.verdict
+    )
 
 
 def test_one_replica_ranks_zero_0_to_2_as_one_layout():
-    """With dp·cp = 1 there is nothing to shard: Plan gives ZeRO-0, 1 and 2 the same memory and step, so search
-    keeps the lowest asked for; ZeRO-3 (FSDP on one rank: 16-bit gradients) differs and stays. The table
-    prints no stage for the first."""
+    """With dp·cp = 1 there is nothing to shard: Plan gives ZeRO-0, 1 and 2 the same memory and
+    step, so search keeps the lowest asked for; ZeRO-3 (FSDP on one rank: 16-bit gradients) differs
+    and stays. The table prints no stage for the first."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
-    plans = [an.Plan(m, hw, an.Layout(tp=8, zero=z), seq_len=4096, global_batch=8) for z in range(4)]
+    plans = [
+        an.Plan(m, hw, an.Layout(tp=8, zero=z), seq_len=4096, global_batch=8) for z in range(4)
+    ]
     totals = [p.memory().total for p in plans]
     assert totals[0] == totals[1] == totals[2] != totals[3]
     res = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=8, progress=False)
     assert set(res.arrays["zero"]) == {0.0, 3.0}
-    res = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=8, zero=(1, 2, 3), progress=False)
+    res = an.search(
+        m, hw, gpus=8, seq_len=4096, global_batch=8, tp=8, zero=(1, 2, 3), progress=False
+    )
     assert set(res.arrays["zero"]) == {1.0, 3.0}
-    wider = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=4, progress=False)  # dp 2: all four
+    # dp 2: all four
+    wider = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=4, progress=False)
     assert set(wider.arrays["zero"]) == {0.0, 1.0, 2.0, 3.0}
 
 
 def test_the_ranking_as_a_frame_with_units():
-    """SearchResult.frame(): the ranked layouts best first, units in the columns' names; each row's step,
-    memory and GPU-hours per million tokens are its plan's."""
-    res = an.search("llama3-70b", "h100-sxm", gpus=512, seq_len=8192, batch_tokens="4Mi", top=3, progress=False)
+    """SearchResult.frame(): the ranked layouts best first, units in the columns' names; each row's
+    step, memory and GPU-hours per million tokens are its plan's."""
+    res = an.search(
+        "llama3-70b", "h100-sxm", gpus=512, seq_len=8192, batch_tokens="4Mi", top=3, progress=False
+    )
     f = res.frame()
     assert list(f["step_time [s]"]) == sorted(f["step_time [s]"]) and len(f) == 3
     assert f.attrs["units"]["memory"] == "GB" and f.attrs["stack"] == "megatron-core"
     for _, row in f.iterrows():
-        lay = an.Layout(tp=row["tp"], cp=row["cp"], pp=row["pp"], dp=row["dp"], zero=row["zero"],
-                        recompute=row["recompute"], schedule=row["schedule"], sequence_parallel=row["tp"] > 1)
-        plan = an.Plan("llama3-70b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
-                       microbatch_size=row["microbatch_size"])
+        lay = an.Layout(
+            tp=row["tp"],
+            cp=row["cp"],
+            pp=row["pp"],
+            dp=row["dp"],
+            zero=row["zero"],
+            recompute=row["recompute"],
+            schedule=row["schedule"],
+            sequence_parallel=row["tp"] > 1,
+        )
+        plan = an.Plan(
+            "llama3-70b",
+            "h100-sxm",
+            lay,
+            seq_len=8192,
+            batch_tokens="4Mi",
+            microbatch_size=row["microbatch_size"],
+        )
         assert row["step_time [s]"] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
         assert row["memory [GB]"] == pytest.approx(plan.memory().total.to("GB").magnitude, rel=1e-9)
         gpu_hours = (plan.step_time() * 512 / plan.tokens_per_step * 1e6).to("hour/token").magnitude
@@ -424,8 +653,9 @@ def _agrees(result, model, seq_len, global_batch, n=3):
 
 
 def test_a_muon_search_counts_every_layout_with_muon_at_zero_1(tmp_path, monkeypatch):
-    """search(optimizer="muon"): every layout at ZeRO-1 (Muon's layer-wise distributed optimizer), each row's
-    plan Muon's and its numbers Plan's; ZeRO-2 asked for by name is refused as Plan refuses it."""
+    """search(optimizer="muon"): every layout at ZeRO-1 (Muon's layer-wise distributed optimizer),
+    each row's plan Muon's and its numbers Plan's; ZeRO-2 asked for by name is refused as Plan
+    refuses it."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
     res = _agrees(an.search("llama3-8b", HW, optimizer="muon", **kw), "llama3-8b", 4096, 256)
@@ -439,11 +669,21 @@ def test_a_muon_search_counts_every_layout_with_muon_at_zero_1(tmp_path, monkeyp
 
 
 def test_an_etp_search_folds_ep_past_dp(tmp_path, monkeypatch):
-    """search(etp=1): the expert layers' ETP × EP folds over TP × CP × DP, so EP exceeds CP × DP where TP > 1,
-    as Megatron-Core allows; every row carries ETP 1 and its numbers are Plan's."""
+    """search(etp=1): the expert layers' ETP × EP folds over TP × CP × DP, so EP exceeds CP × DP
+    where TP > 1, as Megatron-Core allows; every row carries ETP 1 and its numbers are Plan's."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    res = an.search("qwen3-30b-a3b", HW, gpus=32, seq_len=4096, global_batch=128, etp=1, zero=(1,),
-                    recompute=("none",), schedules=("1f1b",), progress=False)
+    res = an.search(
+        "qwen3-30b-a3b",
+        HW,
+        gpus=32,
+        seq_len=4096,
+        global_batch=128,
+        etp=1,
+        zero=(1,),
+        recompute=("none",),
+        schedules=("1f1b",),
+        progress=False,
+    )
     _agrees(res, "qwen3-30b-a3b", 4096, 128)
     rows = [res.row(j) for j in range(len(res.arrays["tp"]))]
     assert all(r.layout.etp == 1 for r in rows)
@@ -452,43 +692,73 @@ def test_an_etp_search_folds_ep_past_dp(tmp_path, monkeypatch):
 
 
 def test_a_pipeline_layout_search_takes_its_chunks(tmp_path, monkeypatch):
-    """search(pipeline_layout=..., pp=...): every layout has the layout's pp and vpp (8 chunks on 4 ranks: 2,
-    interleaved), its first and last stages' layers, and Plan's numbers; without pp it says what to give."""
+    """search(pipeline_layout=..., pp=...): every layout has the layout's pp and vpp (8 chunks on 4
+    ranks: 2, interleaved), its first and last stages' layers, and Plan's numbers; without pp it
+    says what to give."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     text = "Etttt|" + "tttt|" * 6 + "ttttL"
     kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
-    res = _agrees(an.search("llama3-8b", HW, pipeline_layout=text, pp=4, **kw), "llama3-8b", 4096, 256)
+    res = _agrees(
+        an.search("llama3-8b", HW, pipeline_layout=text, pp=4, **kw), "llama3-8b", 4096, 256
+    )
     assert set(res.arrays["pp"]) == {4} and set(res.arrays["vpp"]) == {2}
     assert res.best.layout.schedule == "interleaved" and res.best.layout.pipeline_layout == text
     with pytest.raises(InputError, match="pin pp"):
         an.search("llama3-8b", HW, pipeline_layout=text, **kw)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(grad_dtype="bf16"), dict(moment_dtype="bf16"), dict(layout_options={"recompute_modules": ("layernorm",)}),
-    dict(layout_options={"fp8_activations": True}, dtype="fp8"), dict(layout_options={"offload_activations": True}),
-    dict(layout_options={"offload_optimizer": 0.5}), dict(layout_options={"first_stage_layers": 8}, pp=4),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(grad_dtype="bf16"),
+        dict(moment_dtype="bf16"),
+        dict(layout_options={"recompute_modules": ("layernorm",)}),
+        dict(layout_options={"fp8_activations": True}, dtype="fp8"),
+        dict(layout_options={"offload_activations": True}),
+        dict(layout_options={"offload_optimizer": 0.5}),
+        dict(layout_options={"first_stage_layers": 8}, pp=4),
+    ],
+)
 def test_every_layout_option_of_a_plan_is_searched_with(tmp_path, monkeypatch, kw):
-    """Each Plan option and Layout field a step takes, given to search, is every row's: the rows' numbers are
-    their Plan's, and the choices it needs are the only ones searched (recompute modules: selective)."""
+    """Each Plan option and Layout field a step takes, given to search, is every row's: the rows'
+    numbers are their Plan's, and the choices it needs are the only ones searched (recompute
+    modules: selective)."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    res = an.search("llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False, top=2, **kw)
+    res = an.search(
+        "llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False, top=2, **kw
+    )
     for row in res.ranked:
-        plan = row.plan("llama3-8b", HW, seq_len=4096, global_batch=128, dtype=kw.get("dtype", "bf16"))
+        plan = row.plan(
+            "llama3-8b", HW, seq_len=4096, global_batch=128, dtype=kw.get("dtype", "bf16")
+        )
         assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
         assert row.memory == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
         for k, v in kw.get("layout_options", {}).items():
             assert getattr(row.layout, k) == (v if k != "recompute_modules" else tuple(v))
     if "recompute_modules" in kw.get("layout_options", {}):
         from analytic.plan import RECOMPUTE
+
         assert {RECOMPUTE[int(r)] for r in res.arrays["recompute"]} == {"selective"}
 
 
 def test_a_layout_option_search_does_not_take_is_named():
     with pytest.raises(InputError, match="recompute_layers"):
-        an.search("llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False,
-                  layout_options={"recompute_layers": 4})
+        an.search(
+            "llama3-8b",
+            HW,
+            gpus=32,
+            seq_len=4096,
+            global_batch=128,
+            progress=False,
+            layout_options={"recompute_layers": 4},
+        )
     with pytest.raises(InputError, match="pin pp"):
-        an.search("llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False,
-                  layout_options={"first_stage_layers": 8})
+        an.search(
+            "llama3-8b",
+            HW,
+            gpus=32,
+            seq_len=4096,
+            global_batch=128,
+            progress=False,
+            layout_options={"first_stage_layers": 8},
+        )

@@ -12,8 +12,14 @@ from analytic.strategies import plans
 
 
 def llama(dp=an.sym("dp"), **kw):
-    return an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
-                   an.Layout(tp=8, pp=16, dp=dp, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048, **kw)
+    return an.Plan(
+        an.model("llama3-405b"),
+        an.hardware("h100-sxm"),
+        an.Layout(tp=8, pp=16, dp=dp, zero=1, sequence_parallel=True),
+        seq_len=8192,
+        global_batch=2048,
+        **kw,
+    )
 
 
 @given(plans(gpus=16))
@@ -21,9 +27,23 @@ def llama(dp=an.sym("dp"), **kw):
 def test_symbolic_plan_equals_numeric_plan(plan):
     """Leave dp free, substitute the plan's dp back: every quantity equals the numeric plan's."""
     lay = plan.layout
-    sym_plan = an.Plan(plan.model, plan.hardware, lay.replace(dp=an.sym("dp")), seq_len=plan.seq_len,
-                       global_batch=plan.global_batch, microbatch_size=plan.microbatch_size, dtype=plan.dtype)
-    for q in ("memory.total", "memory.activations", "flops", "communication.dp", "step_time", "bubble"):
+    sym_plan = an.Plan(
+        plan.model,
+        plan.hardware,
+        lay.replace(dp=an.sym("dp")),
+        seq_len=plan.seq_len,
+        global_batch=plan.global_batch,
+        microbatch_size=plan.microbatch_size,
+        dtype=plan.dtype,
+    )
+    for q in (
+        "memory.total",
+        "memory.activations",
+        "flops",
+        "communication.dp",
+        "step_time",
+        "bubble",
+    ):
         f = sym_plan.expr(q)
         got = f.subs(dp=lay.dp).value() if "dp" in f.symbols else f.value()
         want = plan.expr(q).value()
@@ -36,14 +56,34 @@ def test_symbolic_choices_equal_numeric_plan(plan):
     """Leave the ZeRO stage, recomputation policy and schedule free, substitute the plan's choices
     back (by index): every quantity equals the numeric plan's."""
     from analytic.plan import RECOMPUTE, SCHEDULES
+
     lay = plan.layout
-    sym_plan = an.Plan(plan.model, plan.hardware,
-                       lay.replace(zero=an.sym("zero"), recompute=an.sym("recompute"), schedule=an.sym("schedule")),
-                       seq_len=plan.seq_len, global_batch=plan.global_batch, microbatch_size=plan.microbatch_size,
-                       dtype=plan.dtype)
-    choices = {"zero": lay.zero, "recompute": RECOMPUTE.index(lay.recompute), "schedule": SCHEDULES.index(lay.schedule)}
-    for q in ("memory.total", "memory.weights", "memory.activations", "flops.hardware", "communication.dp",
-              "communication.tp", "step_time", "bubble"):
+    sym_plan = an.Plan(
+        plan.model,
+        plan.hardware,
+        lay.replace(
+            zero=an.sym("zero"), recompute=an.sym("recompute"), schedule=an.sym("schedule")
+        ),
+        seq_len=plan.seq_len,
+        global_batch=plan.global_batch,
+        microbatch_size=plan.microbatch_size,
+        dtype=plan.dtype,
+    )
+    choices = {
+        "zero": lay.zero,
+        "recompute": RECOMPUTE.index(lay.recompute),
+        "schedule": SCHEDULES.index(lay.schedule),
+    }
+    for q in (
+        "memory.total",
+        "memory.weights",
+        "memory.activations",
+        "flops.hardware",
+        "communication.dp",
+        "communication.tp",
+        "step_time",
+        "bubble",
+    ):
         f = sym_plan.expr(q)
         got = f.subs(**{k: v for k, v in choices.items() if k in f.symbols}).value()
         want = plan.expr(q).value()
@@ -51,25 +91,34 @@ def test_symbolic_choices_equal_numeric_plan(plan):
 
 
 def test_symbolic_choices_are_piecewise_in_the_choice():
-    """Memory with the ZeRO stage left free: four values, each the numeric plan's, falling from stage
-    0 to 2; under the pipeline, stage 3 holds the stage unsharded through the step: with 16-bit
-    gradients, ZeRO-1's peak plus its own 16-bit shards (4Ψ/N_d). Megatron-Core's fp32 gradient buffers
-    (ZeRO 0-2 only) are a Piecewise in the stage too, each value the numeric plan's."""
+    """Memory with the ZeRO stage left free: four values, each the numeric plan's, falling from
+    stage 0 to 2; under the pipeline, stage 3 holds the stage unsharded through the step: with
+    16-bit gradients, ZeRO-1's peak plus its own 16-bit shards (4Ψ/N_d). Megatron-Core's fp32
+    gradient buffers (ZeRO 0-2 only) are a Piecewise in the stage too, each value the numeric
+    plan's."""
     kw = dict(seq_len=8192, global_batch=2048)
     lay = an.Layout(tp=8, pp=16, dp=64, zero=an.sym("zero"), sequence_parallel=True)
     for grad_dtype in ("bf16", None):
-        free = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), lay, grad_dtype=grad_dtype, **kw)
+        free = an.Plan(
+            an.model("llama3-405b"), an.hardware("h100-sxm"), lay, grad_dtype=grad_dtype, **kw
+        )
         f = free.expr("memory.total")
         assert list(f.symbols) == ["zero"]
         values = [f.evaluate(zero=z).magnitude for z in range(4)]
         assert values[:3] == sorted(values[:3], reverse=True) and len(set(values[:3])) == 3
         for z, v in enumerate(values):
-            numeric = an.Plan(free.model, free.hardware, lay.replace(zero=z), grad_dtype=grad_dtype, **kw)
+            numeric = an.Plan(
+                free.model, free.hardware, lay.replace(zero=z), grad_dtype=grad_dtype, **kw
+            )
             assert v == pytest.approx(numeric.memory().total.to("byte").magnitude, rel=1e-12)
         zero0 = an.Plan(free.model, free.hardware, lay.replace(zero=0), **kw)
-        stage = zero0.memory(stage=0).weights.to("byte").magnitude / 2  # the worst stage's parameters, 2 bytes each
-        grads = 2 if grad_dtype == "bf16" else 4  # ZeRO-1's unsharded gradient buffers; ZeRO-3 holds 16-bit ones
-        assert values[3] - values[1] == pytest.approx((2 - grads) * stage + 4 * stage / 64, rel=1e-9)
+        # the worst stage's parameters, 2 bytes each
+        stage = zero0.memory(stage=0).weights.to("byte").magnitude / 2
+        # ZeRO-1's unsharded gradient buffers; ZeRO-3 holds 16-bit ones
+        grads = 2 if grad_dtype == "bf16" else 4
+        assert values[3] - values[1] == pytest.approx(
+            (2 - grads) * stage + 4 * stage / 64, rel=1e-9
+        )
 
 
 def test_choice_symbols_are_checked():
@@ -104,11 +153,28 @@ def test_derivative_sign_matches_numbers():
 
 
 def test_best_tp_compared_with_discrete_search():
-    p = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=an.sym("tp"), dp=1, pp=1),
-                seq_len=4096, global_batch=16)
+    p = an.Plan(
+        an.model("llama3-70b"),
+        an.hardware("h100-sxm"),
+        an.Layout(tp=an.sym("tp"), dp=1, pp=1),
+        seq_len=4096,
+        global_batch=16,
+    )
     res = symbolic.optimise(p, "tp", fits=False, limit=8)
-    times = {t: an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=t), seq_len=4096,
-                        global_batch=16).step_time().magnitude for t in (1, 2, 4, 8)}
+    times = {
+        t: (
+            an.Plan(
+                an.model("llama3-70b"),
+                an.hardware("h100-sxm"),
+                an.Layout(tp=t),
+                seq_len=4096,
+                global_batch=16,
+            )
+            .step_time()
+            .magnitude
+        )
+        for t in (1, 2, 4, 8)
+    }
     assert res["best"] == min(times, key=times.get)
 
 
@@ -121,7 +187,10 @@ def test_best_by_objective_against_numeric_plans():
         q = p.subs(dp=dp)
         if q.memory().fits:
             plans[dp] = q
-    cost = {dp: (q.step_time() * q.gpus / q.tokens_per_step).to("s/token").magnitude for dp, q in plans.items()}
+    cost = {
+        dp: (q.step_time() * q.gpus / q.tokens_per_step).to("s/token").magnitude
+        for dp, q in plans.items()
+    }
     assert p.best("dp") == min(plans, key=lambda dp: plans[dp].step_time())
     assert p.best("dp", objective="cost") == min(cost, key=cost.get)
     assert p.best("dp", objective="mfu") == max(plans, key=lambda dp: plans[dp].mfu())
@@ -149,14 +218,18 @@ def test_failure_optimal_cluster(minutes, order):
     value = symbolic.failure_optimal_gpus(an.Q_(minutes, "min"))["first_order"]
     lam = 419 / (54 * 86400 * 16384)
     assert value == pytest.approx(2 / (9 * minutes * 60 * lam), rel=1e-12)
-    assert 10**order <= value < 10**(order + 1)
+    assert 10**order <= value < 10 ** (order + 1)
 
 
 def _daly_throughput(n, delta, lam, restart):
-    """n × Daly's exact goodput at his optimal interval, written out here with math (Daly 2006 eqs.)."""
+    """n × Daly's exact goodput at his optimal interval, written out here with math (Daly 2006
+    eqs.)."""
     m = 1 / (lam * n)
-    tau = (math.sqrt(2 * delta * m) * (1 + math.sqrt(delta / (2 * m)) / 3 + delta / (18 * m)) - delta
-           if delta < 2 * m else m)
+    tau = (
+        math.sqrt(2 * delta * m) * (1 + math.sqrt(delta / (2 * m)) / 3 + delta / (18 * m)) - delta
+        if delta < 2 * m
+        else m
+    )
     return n * tau / (m * math.exp(restart / m) * (math.exp((tau + delta) / m) - 1))
 
 
@@ -178,19 +251,33 @@ def test_failure_optimal_cluster_exact(minutes, restart):
 
 def test_default_restart_is_a_synchronous_jobs_ten_minutes(docs):
     """Without ``restart_time`` a failure costs the 10 minutes Meta measures for fully synchronous
-    training at O(100K) GPUs (arXiv 2602.00277): a plan's goodput is Daly's at R = 600 s, written out
-    here with math, and the failure-optimal cluster is the one with that restart given."""
+    training at O(100K) GPUs (arXiv 2602.00277): a plan's goodput is Daly's at R = 600 s, written
+    out here with math, and the failure-optimal cluster is the one with that restart given."""
     lam = 419 / (54 * 86400 * 16384)
     given = symbolic.failure_optimal_gpus(an.Q_(5, "min"), restart_time=an.Q_(600, "s"))
-    assert symbolic.failure_optimal_gpus(an.Q_(5, "min"))["value"] == pytest.approx(given["value"], rel=1e-9)
-    p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=64), seq_len=8192,
-                global_batch=2048, checkpoint_time="5 min")
+    assert symbolic.failure_optimal_gpus(an.Q_(5, "min"))["value"] == pytest.approx(
+        given["value"], rel=1e-9
+    )
+    p = an.Plan(
+        an.model("llama3-405b"),
+        an.hardware("h100-sxm"),
+        an.Layout(tp=8, pp=16, dp=64),
+        seq_len=8192,
+        global_batch=2048,
+        checkpoint_time="5 min",
+    )
     n = 8 * 16 * 64
-    assert float(p.expr("goodput").value()) == pytest.approx(_daly_throughput(n, 300, lam, 600) / n, rel=1e-9)
+    assert float(p.expr("goodput").value()) == pytest.approx(
+        _daly_throughput(n, 300, lam, 600) / n, rel=1e-9
+    )
     readme = docs
     optima = [symbolic.failure_optimal_gpus(an.Q_(m, "min")) for m in (1, 5, 30)]
-    assert "optima are {:,}, {:,} and {:,} GPUs".format(
-        *(int(round(o["value"], -3 if o["value"] > 1e5 else -2)) for o in optima)) in readme
+    assert (
+        "optima are {:,}, {:,} and {:,} GPUs".format(
+            *(int(round(o["value"], -3 if o["value"] > 1e5 else -2)) for o in optima)
+        )
+        in readme
+    )
     assert "goodputs of {:.2f}, {:.2f} and {:.2f}".format(*(o["goodput"] for o in optima)) in readme
 
 
@@ -202,18 +289,23 @@ def test_tp_break_even_nvlink_and_nic():
     # 8(t−1)·sbhe/B = layer FLOPs/F, so t − 1 scales with the bandwidth: 450 GB/s over 50 GB/s
     assert (nvl["break_even"] - 1) / (nic["break_even"] - 1) == pytest.approx(9, rel=1e-9)
     t = nvl["break_even"]
-    # t is a continuous relaxation of the degree: evaluate() takes whole degrees only, the expression any t
+    # t is a continuous relaxation of the degree: evaluate() takes whole degrees only, the
+    # expression any t
     assert float(nvl["ratio"].expr.subs(an.sym("tp"), t)) == pytest.approx(1, rel=1e-9)
     with pytest.raises(an.InputError, match="tp: expected an integer"):
         nvl["ratio"].evaluate(tp=t)
     # the ratio is k(t − 1): a tenth of the compute is reached at a tenth of the way from t = 1
-    tenth = symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth=hw.scale_up_bandwidth, threshold=0.1)
+    tenth = symbolic.tp_break_even(
+        m, hw, seq_len=8192, bandwidth=hw.scale_up_bandwidth, threshold=0.1
+    )
     assert tenth["break_even"] - 1 == pytest.approx((t - 1) / 10, rel=1e-9)
     with pytest.raises(an.InputError, match="threshold"):
         symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth=hw.scale_up_bandwidth, threshold=0)
 
 
-@pytest.mark.parametrize("schedule,expected", [("1f1b", 300), ("zb-h1", 100), ("zb-h2", 11), ("dualpipe", 94)])
+@pytest.mark.parametrize(
+    "schedule,expected", [("1f1b", 300), ("zb-h1", 100), ("zb-h2", 11), ("dualpipe", 94)]
+)
 def test_microbatches_for_bubble_under_5_percent(schedule, expected):
     """p = 16: (p−1)/m ≤ 5% needs 300; ZB-H1 a third; DualPipe (p/2−1)(2/3)/m → 94 (even); ZB-H2's
     formula is 0 for any m, but the first microbatch's critical path, (2p + 1 − 3m)/3 in units of
@@ -224,7 +316,10 @@ def test_microbatches_for_bubble_under_5_percent(schedule, expected):
 def test_largest_llama_shape_that_fits():
     def factory(layers):
         m = an.model("llama3-70b").replace(layers=layers)
-        return an.Plan(m, an.hardware("h100-sxm"), an.Layout(tp=8, dp=1, zero=0), seq_len=4096, global_batch=1)
+        return an.Plan(
+            m, an.hardware("h100-sxm"), an.Layout(tp=8, dp=1, zero=0), seq_len=4096, global_batch=1
+        )
+
     r = symbolic.largest_fitting_model(factory)
     assert factory(r["value"]).memory().fits and not factory(r["value"] + 1).memory().fits
 
@@ -233,8 +328,13 @@ def test_questions_refuse_impossible_inputs():
     """A fraction of peak is in (0, 1], a bubble target is positive, counts are integers ≥ 1; each
     refusal names the argument."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
-    plan = an.Plan(m, hw, an.Layout(tp=8, pp=16, dp=an.sym("dp"), zero=1, sequence_parallel=True),
-                   seq_len=8192, global_batch=2048)
+    plan = an.Plan(
+        m,
+        hw,
+        an.Layout(tp=8, pp=16, dp=an.sym("dp"), zero=1, sequence_parallel=True),
+        seq_len=8192,
+        global_batch=2048,
+    )
     for bad in (0, 1.5, -1, float("nan"), "1 s"):
         with pytest.raises(an.AnalyticError, match="threshold"):
             symbolic.mfu_threshold(plan, "dp", bad)
@@ -260,8 +360,8 @@ def test_questions_refuse_impossible_inputs():
 
 def test_microbatches_for_an_interleaved_bubble_respect_plans_multiple_of_pp():
     """Interleaved 1F1B on 16 stages with 4 chunks: (p − 1)/(v·m) ≤ 5% needs m ≥ 15/(4 × 0.05) = 75
-    (Narayanan et al. 2021 §2.2.2), and Plan runs it only on a multiple of pp: 80. With 2 chunks 150,
-    so 160. The schedule needs vpp; the others refuse one."""
+    (Narayanan et al. 2021 §2.2.2), and Plan runs it only on a multiple of pp: 80. With 2 chunks
+    150, so 160. The schedule needs vpp; the others refuse one."""
     for vpp, want in ((4, 80), (2, 160)):
         assert symbolic.microbatches_for_bubble("interleaved", 16, 0.05, vpp=vpp)["value"] == want
     with pytest.raises(an.errors.InputError, match="vpp"):
@@ -272,20 +372,32 @@ def test_microbatches_for_an_interleaved_bubble_respect_plans_multiple_of_pp():
 
 def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     """DeepSeek-V3 on H800 with ZeRO-1 over PP16 and no EP: the last stage's 16-bit weights and fp32
-    gradients — four MoE layers, the MTP module and the output layer, (2 + 4) bytes a parameter, over
-    350 GB, and 2 more for Transformer Engine's FP8 copy and transpose of all but the output layer — and
-    its one microbatch's activations stay at any dp, so no dp fits an H800's 81,559 MiB and the error says
-    so. With EP16 the predicted peak fits from dp = 2,754, but dp must be a multiple of EP's 16 and split the
-    batch of 15,360: the first valid dp is 3,072 (Plan's verdict there "fits"; at 2,560, the first valid dp
-    whose count fits, only at the allocator's limit); the detail gives both and the first reason."""
+    gradients — four MoE layers, the MTP module and the output layer, (2 + 4) bytes a parameter,
+    over 350 GB, and 2 more for Transformer Engine's FP8 copy and transpose of all but the output
+    layer — and its one microbatch's activations stay at any dp, so no dp fits an H800's 81,559 MiB
+    and the error says so. With EP16 the predicted peak fits from dp = 2,754, but dp must be a
+    multiple of EP's 16 and split the batch of 15,360: the first valid dp is 3,072 (Plan's verdict
+    there "fits"; at 2,560, the first valid dp whose count fits, only at the allocator's limit); the
+    detail gives both and the first reason."""
     m = an.model("deepseek-v3")
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
     stuck = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), zero=1), **kw)
-    part = lambda name: float(an.formula(name).evaluate(**{k: v for k, v in m.inputs().items()  # noqa: E731
-                                                             if k in an.formula(name).symbols}).magnitude)
-    layer = part("model.params.attention_mla") + 2 * part("model.params.norm.rmsnorm") + part("model.params.moe")
+    part = lambda name: float(
+        an.formula(name)
+        .evaluate(
+            **{k: v for k, v in m.inputs().items() if k in an.formula(name).symbols}  # noqa: E731
+        )
+        .magnitude
+    )
+    layer = (
+        part("model.params.attention_mla")
+        + 2 * part("model.params.norm.rmsnorm")
+        + part("model.params.moe")
+    )
     last = 4 * layer + float(m.mtp_params_formula().expr) + m.vocab * m.hidden + m.hidden
-    with pytest.raises(an.AnalyticError, match=r"weights \+ gradients \+ activations do not shrink with dp") as err:
+    with pytest.raises(
+        an.AnalyticError, match=r"weights \+ gradients \+ activations do not shrink with dp"
+    ) as err:
         symbolic.smallest_fitting_detail(stuck, "dp", limit=4096)
     stated = float(str(err.value).split("(")[1].split(" GB")[0])
     states = (6 * last + 2 * (last - m.vocab * m.hidden)) / 1e9
@@ -293,8 +405,11 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=16, zero=1), **kw)
     d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
     assert (d["value"], d["fits_from"]) == (3072, 2754) and d["skipped"].startswith(
-        "ep: etp × ep = 1 × 16 does not divide tp × cp × dp = 1 × 1 × 2754")
-    at = lambda dp: an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=dp, ep=16, zero=1), **kw)  # noqa: E731
+        "ep: etp × ep = 1 × 16 does not divide tp × cp × dp = 1 × 1 × 2754"
+    )
+    at = lambda dp: an.Plan(
+        m, an.hardware("h800"), an.Layout(pp=16, dp=dp, ep=16, zero=1), **kw
+    )  # noqa: E731
     assert at(3072).memory_verdict() == "fits" and at(2560).memory_verdict() != "fits"
     assert symbolic.smallest_fitting_detail(ep, "dp", limit=4096, at_limit=True)["value"] == 2560
     assert not any(15360 % dp == 0 for dp in range(2160, 2560, 16))
@@ -303,9 +418,10 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
 
 def _simulated_goodput(tau, delta, write, restart, mtbf, horizon, seed):
     """Work done to a durable checkpoint over wall time, by event simulation: exponential failures;
-    work τ then a stall δ per checkpoint, durable ``write`` later; a failure falls back to the newest
-    durable checkpoint and restarts for ``restart``, itself interruptible."""
+    work τ then a stall δ per checkpoint, durable ``write`` later; a failure falls back to the
+    newest durable checkpoint and restarts for ``restart``, itself interruptible."""
     import random
+
     rng = random.Random(seed)
     now = level = durable = 0.0
     pending = None
@@ -340,39 +456,66 @@ def test_asynchronous_checkpoints_lose_their_write_window_as_a_longer_restart_wo
     run agrees within 0.5% at Daly's optimal interval (about 10 minutes for a 1-hour MTBF)."""
     mtbf, delta, restart = 3600.0, 60.0, 300.0
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
-    plan = an.Plan(m, hw, an.Layout(dp=8), seq_len=8192, global_batch=8, interruption_rate=f"{1 / (8 * mtbf)} 1/s",
-                   checkpoint_time=f"{delta} s", restart_time=f"{restart} s", checkpoint_write_time=f"{write} s")
+    plan = an.Plan(
+        m,
+        hw,
+        an.Layout(dp=8),
+        seq_len=8192,
+        global_batch=8,
+        interruption_rate=f"{1 / (8 * mtbf)} 1/s",
+        checkpoint_time=f"{delta} s",
+        restart_time=f"{restart} s",
+        checkpoint_write_time=f"{write} s",
+    )
     tau = plan.expr("checkpoint_interval").value().to("s").magnitude
     goodput = float(plan.expr("goodput").value())
     synchronous = an.formula("reliability.daly.goodput").evaluate(
-        checkpoint_time=f"{delta} s", mtbf=f"{mtbf} s", checkpoint_interval=f"{tau} s", restart_time=f"{restart + write} s")
+        checkpoint_time=f"{delta} s",
+        mtbf=f"{mtbf} s",
+        checkpoint_interval=f"{tau} s",
+        restart_time=f"{restart + write} s",
+    )
     assert goodput == pytest.approx(float(synchronous), rel=1e-12)
-    simulated = np.mean([_simulated_goodput(tau, delta, write, restart, mtbf, 2e7, seed) for seed in (1, 2, 3)])
+    simulated = np.mean(
+        [_simulated_goodput(tau, delta, write, restart, mtbf, 2e7, seed) for seed in (1, 2, 3)]
+    )
     assert goodput == pytest.approx(simulated, rel=0.005)
     if write:
         with pytest.raises(an.InputError, match="write outlasts"):
-            an.formula("reliability.async_restart_time").evaluate(restart_time="0 s", checkpoint_write_time="20 min",
-                                                                  checkpoint_interval="10 min")
+            an.formula("reliability.async_restart_time").evaluate(
+                restart_time="0 s", checkpoint_write_time="20 min", checkpoint_interval="10 min"
+            )
 
 
 def test_a_stages_memory_as_its_own_expression():
-    """plan.expr('memory.total', stage=k): one stage's memory in closed form, without the maximum over stages
-    that memory.total takes; at a dp it is the numeric plan's memory of that stage, the fullest stage's is the
-    whole plan's total, and a quantity of the whole step or a stage past the pipeline is refused."""
+    """plan.expr('memory.total', stage=k): one stage's memory in closed form, without the maximum
+    over stages that memory.total takes; at a dp it is the numeric plan's memory of that stage, the
+    fullest stage's is the whole plan's total, and a quantity of the whole step or a stage past the
+    pipeline is refused."""
     import sympy
-    p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
-                an.Layout(tp=8, pp=16, dp=an.sym("dp"), zero=1, sequence_parallel=True), seq_len=8192,
-                global_batch=2048)
+
+    p = an.Plan(
+        an.model("llama3-405b"),
+        an.hardware("h100-sxm"),
+        an.Layout(tp=8, pp=16, dp=an.sym("dp"), zero=1, sequence_parallel=True),
+        seq_len=8192,
+        global_batch=2048,
+    )
     last = p.expr("memory.total", stage=15)
-    assert last.expr.count_ops() < p.expr("memory.total").expr.count_ops() and not last.expr.has(sympy.Piecewise)
+    assert last.expr.count_ops() < p.expr("memory.total").expr.count_ops() and not last.expr.has(
+        sympy.Piecewise
+    )
     numeric = p.subs(dp=64)
     for k in (0, 7, 15):
         at = p.expr("memory.total", stage=k).subs(dp=64).value().to("GB").magnitude
         assert at == pytest.approx(numeric.memory(stage=k).total.to("GB").magnitude, rel=1e-12)
     assert p.expr("memory.total", stage=0).subs(dp=64).value().to("GB").magnitude == pytest.approx(
-        numeric.memory().total.to("GB").magnitude, rel=1e-12)
-    assert p.expr("memory.activations", stage=15).subs(dp=64).value() < p.expr("memory.activations", stage=0) \
-        .subs(dp=64).value()  # 1F1B: the last stage holds one microbatch, the first pp of them
+        numeric.memory().total.to("GB").magnitude, rel=1e-12
+    )
+    assert (
+        p.expr("memory.activations", stage=15).subs(dp=64).value()
+        < p.expr("memory.activations", stage=0).subs(dp=64).value()
+    )  # 1F1B: the last stage holds one microbatch, the first pp of them
     with pytest.raises(an.InputError, match="step_time is the whole step's"):
         p.expr("step_time", stage=0)
     with pytest.raises(an.InputError, match="below pp = 16"):

@@ -1,4 +1,5 @@
-"""Search's cache holds data, never code; its key covers every input; a bad file is rebuilt; the XDG rules."""
+"""Search's cache holds data, never code; its key covers every input; a bad file is rebuilt; the XDG
+rules."""
 
 import importlib
 import json
@@ -12,7 +13,8 @@ from analytic.core.numeric import ARITY, Program
 
 PROGRAMS = importlib.import_module("analytic.search.programs")
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
-KW = dict(gpus=16, seq_len=2048, global_batch=64, progress=False, tp=2)  # tp > 1: one program, with SP
+# tp > 1: one program, with SP
+KW = dict(gpus=16, seq_len=2048, global_batch=64, progress=False, tp=2)
 
 
 def fresh_search(hw=HW, **kw):
@@ -26,7 +28,8 @@ def cache_files(folder):
 
 @pytest.fixture(autouse=True)
 def not_shipped(monkeypatch):
-    """Search as for a configuration whose structure has no programs: through its own cache entry."""
+    """Search as for a configuration whose structure has no programs: through its own cache
+    entry."""
     monkeypatch.setattr(PROGRAMS, "_of_structure", lambda plan: None)
 
 
@@ -47,7 +50,8 @@ def test_the_cache_file_is_a_program_of_numbers(cache):
 
 
 def test_python_in_the_cache_is_never_run(cache, tmp_path_factory):
-    """What used to be exec'd: a list of Python sources. Read now, it is not a program, and is rebuilt."""
+    """What used to be exec'd: a list of Python sources. Read now, it is not a program, and is
+    rebuilt."""
     reference = fresh_search()
     (path,) = cache_files(cache)
     marker = tmp_path_factory.mktemp("marker") / "ran"
@@ -60,14 +64,56 @@ def test_python_in_the_cache_is_never_run(cache, tmp_path_factory):
     assert isinstance(json.loads(path.read_text()), dict)  # and rewritten as data
 
 
-@pytest.mark.parametrize("content", [
-    "[1, 2, 3]", "{}", '"a string"', "def f(): pass", "\x00\x00\x00", "[" * 100_000 + "]" * 100_000,
-    json.dumps({"inputs": list(PROGRAMS.INPUTS), "constants": [], "steps": [["system", [0]]], "outputs": [10]}),
-    json.dumps({"inputs": list(PROGRAMS.INPUTS), "constants": [], "steps": [["add", [0, 99]]], "outputs": [10]}),
-    json.dumps({"inputs": ["x"], "constants": [1.0], "steps": [["add", [0, 1]]], "outputs": [2]}),
-    json.dumps({"inputs": list(PROGRAMS.INPUTS), "constants": ["__import__('os')"], "steps": [], "outputs": [0]}),
-], ids=["list", "empty-dict", "string", "python", "nul", "deep", "unknown-op", "later-register", "other-inputs",
-        "string-constant"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[1, 2, 3]",
+        "{}",
+        '"a string"',
+        "def f(): pass",
+        "\x00\x00\x00",
+        "[" * 100_000 + "]" * 100_000,
+        json.dumps(
+            {
+                "inputs": list(PROGRAMS.INPUTS),
+                "constants": [],
+                "steps": [["system", [0]]],
+                "outputs": [10],
+            }
+        ),
+        json.dumps(
+            {
+                "inputs": list(PROGRAMS.INPUTS),
+                "constants": [],
+                "steps": [["add", [0, 99]]],
+                "outputs": [10],
+            }
+        ),
+        json.dumps(
+            {"inputs": ["x"], "constants": [1.0], "steps": [["add", [0, 1]]], "outputs": [2]}
+        ),
+        json.dumps(
+            {
+                "inputs": list(PROGRAMS.INPUTS),
+                "constants": ["__import__('os')"],
+                "steps": [],
+                "outputs": [0],
+            }
+        ),
+    ],
+    ids=[
+        "list",
+        "empty-dict",
+        "string",
+        "python",
+        "nul",
+        "deep",
+        "unknown-op",
+        "later-register",
+        "other-inputs",
+        "string-constant",
+    ],
+)
 def test_a_corrupt_cache_is_rebuilt(cache, content):
     reference = fresh_search()
     (path,) = cache_files(cache)
@@ -78,7 +124,8 @@ def test_a_corrupt_cache_is_rebuilt(cache, content):
 
 
 def test_the_key_covers_every_hardware_field(cache):
-    """Changing the generation changes the fitted matmul efficiency: the cached hopper program must not answer."""
+    """Changing the generation changes the fitted matmul efficiency: the cached hopper program must
+    not answer."""
     hopper = fresh_search()
     ampere_hw = HW.replace(generation="ampere")
     PROGRAMS._COMPILED.clear()
@@ -111,17 +158,23 @@ def test_an_absolute_xdg_cache_home_is_used(tmp_path, monkeypatch):
 
 def test_program_evaluates_what_sympy_does():
     import sympy
+
     x, y = an.sym("dp"), an.sym("tp")
-    e = sympy.Piecewise((sympy.Max(x, 3) / y, sympy.Eq(y, 2)), (sympy.sqrt(x) + sympy.log(y) * x**3, True))
+    e = sympy.Piecewise(
+        (sympy.Max(x, 3) / y, sympy.Eq(y, 2)), (sympy.sqrt(x) + sympy.log(y) * x**3, True)
+    )
     prog = Program.from_json(json.loads(json.dumps(program([e], {x: "dp", y: "tp"}).to_json())))
     for xv, yv in ((1, 2), (5, 2), (7, 3), (2.5, 9)):
-        assert prog(np.array([xv]), np.array([yv]))[0][0] == pytest.approx(float(e.subs({x: xv, y: yv})), rel=1e-14)
+        assert prog(np.array([xv]), np.array([yv]))[0][0] == pytest.approx(
+            float(e.subs({x: xv, y: yv})), rel=1e-14
+        )
 
 
 def test_a_programs_inputs_are_the_free_symbols_of_its_expressions():
-    """Shared subexpressions (a plan's are shared many times over) are walked once, and the symbols found
-    are sympy's own, under Piecewise conditions and inside functions too."""
+    """Shared subexpressions (a plan's are shared many times over) are walked once, and the symbols
+    found are sympy's own, under Piecewise conditions and inside functions too."""
     import sympy
+
     x, y, z = an.sym("dp"), an.sym("tp"), an.sym("pp")
     shared = sympy.Max(x * y, 3)
     e = sympy.Piecewise((shared / y + shared**2, sympy.Gt(z, 2)), (sympy.log(shared), True))
@@ -130,25 +183,31 @@ def test_a_programs_inputs_are_the_free_symbols_of_its_expressions():
     assert list(input_names([e])) == sorted({x, y, z}, key=lambda s: {x: "dp", y: "tp", z: "pp"}[s])
 
 
-@pytest.mark.parametrize("data", [
-    {"inputs": ["a"], "constants": [float("inf")], "steps": [], "outputs": [1]},
-    {"inputs": ["a b"], "constants": [], "steps": [], "outputs": [0]},
-    {"inputs": ["a"], "constants": [], "steps": [["where", [0, 0]]], "outputs": [1]},
-    {"inputs": ["a"], "constants": [], "steps": [["add", [0]]], "outputs": [1]},
-    {"inputs": ["a"], "constants": [], "steps": [["add", [0, True]]], "outputs": [1]},
-    {"inputs": ["a"], "constants": [], "steps": [], "outputs": []},
-    {"inputs": ["a"], "constants": [], "steps": [], "outputs": [0], "code": "x"},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"inputs": ["a"], "constants": [float("inf")], "steps": [], "outputs": [1]},
+        {"inputs": ["a b"], "constants": [], "steps": [], "outputs": [0]},
+        {"inputs": ["a"], "constants": [], "steps": [["where", [0, 0]]], "outputs": [1]},
+        {"inputs": ["a"], "constants": [], "steps": [["add", [0]]], "outputs": [1]},
+        {"inputs": ["a"], "constants": [], "steps": [["add", [0, True]]], "outputs": [1]},
+        {"inputs": ["a"], "constants": [], "steps": [], "outputs": []},
+        {"inputs": ["a"], "constants": [], "steps": [], "outputs": [0], "code": "x"},
+    ],
+)
 def test_program_from_json_refuses_what_it_did_not_write(data):
     with pytest.raises(ValueError):
         Program.from_json(data)
 
 
 @pytest.mark.parametrize("kind", ["link-to-device", "fifo", "link-to-file"])
-def test_a_cache_entry_that_is_not_a_regular_file_is_rebuilt_without_reading_it(cache, tmp_path_factory, kind):
-    """A link to /dev/zero (size 0, endless), a FIFO (blocks its reader) or a link to someone's file at
-    an entry's name: never read, never written through; the entry becomes a regular file."""
+def test_a_cache_entry_that_is_not_a_regular_file_is_rebuilt_without_reading_it(
+    cache, tmp_path_factory, kind
+):
+    """A link to /dev/zero (size 0, endless), a FIFO (blocks its reader) or a link to someone's file
+    at an entry's name: never read, never written through; the entry becomes a regular file."""
     import os
+
     reference = fresh_search()
     (path,) = cache_files(cache)
     path.unlink()
@@ -165,7 +224,10 @@ def test_a_cache_entry_that_is_not_a_regular_file_is_rebuilt_without_reading_it(
 
 def test_a_failed_write_leaves_no_temporary_file(cache, monkeypatch):
     import os
-    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+
+    monkeypatch.setattr(
+        os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device"))
+    )
     fresh_search()
     assert list(cache.iterdir()) == []
 
@@ -173,29 +235,71 @@ def test_a_failed_write_leaves_no_temporary_file(cache, monkeypatch):
 def test_processes_sharing_an_empty_cache_agree_and_leave_only_whole_entries(tmp_path):
     """Processes that build the same entries at once (searches and the plan programs of `step`) each
     answer as one alone would, and the cache holds only whole, readable entries: no temporary file,
-    no torn JSON (a writer renames a finished file over the entry; a reader keeps the file it opened)."""
+    no torn JSON (a writer renames a finished file over the entry; a reader keeps the file it
+    opened)."""
     import os
     import subprocess
     import sys
+
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path / "shared")}
     alone = {**env, "ANALYTIC_CACHE": str(tmp_path / "alone")}
-    search = [sys.executable, "-m", "analytic.cli", "search", "--model", "llama3-8b", "--hardware", "h100-sxm",
-              "--gpus", "16", "--seq", "2048", "--global-batch", "64", "--json", "--quiet"]
-    step = [sys.executable, "-m", "analytic.cli", "step", "--model", "llama3-8b", "--hardware", "h100-sxm",
-            "--gpus", "16", "--tp", "2", "--seq", "2048", "--global-batch", "64", "--json"]
-    runs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for cmd in (search, step) * 3]
+    search = [
+        sys.executable,
+        "-m",
+        "analytic.cli",
+        "search",
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h100-sxm",
+        "--gpus",
+        "16",
+        "--seq",
+        "2048",
+        "--global-batch",
+        "64",
+        "--json",
+        "--quiet",
+    ]
+    step = [
+        sys.executable,
+        "-m",
+        "analytic.cli",
+        "step",
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h100-sxm",
+        "--gpus",
+        "16",
+        "--tp",
+        "2",
+        "--seq",
+        "2048",
+        "--global-batch",
+        "64",
+        "--json",
+    ]
+    runs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for cmd in (search, step) * 3
+    ]
     outs = [(p.communicate(timeout=120), p.returncode) for p in runs]
     assert all(code == 0 and not err for (_, err), code in outs), outs
-    reference = {cmd[3]: json.loads(subprocess.run(cmd, env=alone, capture_output=True, text=True, check=True).stdout)
-                 for cmd in (search, step)}
+    reference = {
+        cmd[3]: json.loads(
+            subprocess.run(cmd, env=alone, capture_output=True, text=True, check=True).stdout
+        )
+        for cmd in (search, step)
+    }
     for ((out, _), _), cmd in zip(outs, (search, step) * 3):
         got, want = json.loads(out), reference[cmd[3]]
         if cmd[3] == "search":
             assert got["ranked"] == want["ranked"] and got["evaluated"] == want["evaluated"]
         else:
             assert [line["key"] for line in got["lines"]] == [line["key"] for line in want["lines"]]
-            for a, b in zip(got["lines"], want["lines"]):  # numbers to 1e-12, text (a link's kind) exactly
+            # numbers to 1e-12, text (a link's kind) exactly
+            for a, b in zip(got["lines"], want["lines"]):
                 expected = b["value"]
                 if isinstance(expected, (int, float)):
                     expected = pytest.approx(expected, rel=1e-12)

@@ -38,7 +38,9 @@ def test_tokens_and_parameters_are_dimensions():
 
 
 def test_quantity_renders_latex():
-    assert "TB" in an.Q_(6.48, "TB")._repr_latex_() or "terabyte" in an.Q_(6.48, "TB")._repr_latex_()
+    assert (
+        "TB" in an.Q_(6.48, "TB")._repr_latex_() or "terabyte" in an.Q_(6.48, "TB")._repr_latex_()
+    )
 
 
 def test_one_grammar_reads_a_units_text_from_a_user_and_from_the_cache():
@@ -49,15 +51,37 @@ def test_one_grammar_reads_a_units_text_from_a_user_and_from_the_cache():
     from analytic.core.errors import UnitError
     from analytic.core.values import parse_quantity, unit_of
     from analytic.plan.programs import Part
+
     program = {"inputs": ["a"], "constants": [], "steps": [], "outputs": [0]}
     part = lambda unit: {"program": program, "outputs": ["q"], "units": [unit]}  # noqa: E731
-    for text in ("GB/s", "1/s", "/hour", "GB**9", "byte ** -9", "gigabyte / second", "µs", "%",
-                 "byte·second"):
+    for text in (
+        "GB/s",
+        "1/s",
+        "/hour",
+        "GB**9",
+        "byte ** -9",
+        "gigabyte / second",
+        "µs",
+        "%",
+        "byte·second",
+    ):
         assert unit_table.plain(text) and unit_of("u", text) is not None
         assert parse_quantity("q", f"3 {text}") == (3, text)
         assert Part.from_json(part(text), False).units == (text,)
-    for text in ("GB2", "GB**10", "GB**-10", "GB**2.5", "GB**", "GB/", "*GB", "(GB)", "GB s",
-                 "GB/2", "1/1/s", "1//s"):
+    for text in (
+        "GB2",
+        "GB**10",
+        "GB**-10",
+        "GB**2.5",
+        "GB**",
+        "GB/",
+        "*GB",
+        "(GB)",
+        "GB s",
+        "GB/2",
+        "1/1/s",
+        "1//s",
+    ):
         assert not unit_table.plain(text)
         with pytest.raises(UnitError):
             unit_of("u", text)
@@ -65,8 +89,9 @@ def test_one_grammar_reads_a_units_text_from_a_user_and_from_the_cache():
             parse_quantity("q", f"3 {text}")
         with pytest.raises(ValueError):
             Part.from_json(part(text), False)
-    plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, pp=2, dp=2), seq_len=4096,
-                   global_batch=8)
+    plan = an.Plan(
+        "llama3-8b", "h100-sxm", an.Layout(tp=2, pp=2, dp=2), seq_len=4096, global_batch=8
+    )
     plan.step_time()
     held = plan._numbers.bundle.quantities.units
     assert held and all(unit_table.plain(u) for u in held)
