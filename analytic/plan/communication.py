@@ -156,18 +156,19 @@ def tensor_parallel(inp: Inputs) -> dict:
     return _beyond_one(inp.deg.tp, lambda: _tensor_parallel(inp))
 
 
+def _with_recomputed(inp: Inputs, name: str):
+    """The collectives ``name``_per_layer of a layer, and under full recomputation those its
+    recomputed forward runs again (``name``_recomputed_per_layer, for its recomputed share)."""
+    again = formula(f"{name}_recomputed_per_layer") * inp.recomputed
+    return formula(f"{name}_per_layer") + cases(
+        "recomputed", "", (again, inp.deg.recompute_is("full")), (0, True)
+    )
+
+
 def _tensor_parallel(inp: Inputs) -> dict:
     lay = inp.deg
     s_local = inp.seq_len / lay.cp
-    per_layer = formula("parallelism.tp.allreduces_per_layer") + cases(
-        "recomputed",
-        "",
-        (
-            formula("parallelism.tp.allreduces_recomputed_per_layer") * inp.recomputed,
-            lay.recompute_is("full"),
-        ),
-        (0, True),
-    )
+    per_layer = _with_recomputed(inp, "parallelism.tp.allreduces")
     msg = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local)
     calls = per_layer * _tp_layers_local(inp) * inp.microbatches
     group = (lay.tp, axis_stride(inp.deg, "tp"))
@@ -307,15 +308,7 @@ def _context_parallel(inp: Inputs) -> dict:
     kv = inp.f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
     calls = _layers_local(inp) * inp.microbatches
     group = (lay.cp, axis_stride(inp.deg, "cp"))
-    gathers = formula("parallelism.cp.kv_gathers_per_layer") + cases(
-        "recomputed",
-        "",
-        (
-            formula("parallelism.cp.kv_gathers_recomputed_per_layer") * inp.recomputed,
-            lay.recompute_is("full"),
-        ),
-        (0, True),
-    )
+    gathers = _with_recomputed(inp, "parallelism.cp.kv_gathers")
     return _plus(
         _collectives(inp, "all_gather", kv, gathers * calls, *group),
         _collectives(inp, "reduce_scatter", kv, calls, *group),
