@@ -13,12 +13,22 @@ def derive() -> Derivation:
         "How long does each operation of a step take, from its shape and the accelerator's"
         " numbers?",
     )
+    _gemm(d)
+    _memory_bound(d)
+    _other_kernels(d)
+    _casts(d)
+    _optimizer(d)
+    _attention_and_stack(d)
+    return d
+
+
+def _gemm(d: Derivation) -> None:
+    """A GEMM's time from its shape: tiles, waves and the roofline's sum form."""
     M, N, K, G = S("gemm_m", "gemm_n", "gemm_k", "gemm_count")
     Tm, Tn, sms = S("tile_m", "tile_n", "sms")
     F, eta, B, beta, e = S(
         "peak_flops", "matmul_efficiency", "hbm_bandwidth", "memory_efficiency", "element_bytes"
     )
-
     flops = d.step(
         "G GEMMs of an M×K by a K×N matrix: M·N outputs of K multiply-adds each", 2 * G * M * N * K
     )
@@ -81,6 +91,12 @@ def derive() -> Derivation:
         F * eta * wave * I / (I + Istar),
     )
 
+
+def _memory_bound(d: Derivation) -> None:
+    """What a transformer block's memory-bound kernels move, per token."""
+    F, eta, B, beta, e = S(
+        "peak_flops", "matmul_efficiency", "hbm_bandwidth", "memory_efficiency", "element_bytes"
+    )
     d.check(
         S("kernel_bytes") / (B * beta),
         "compute.memory_bound.time",
@@ -141,6 +157,16 @@ def derive() -> Derivation:
         " all-gathers, two reduce-scatters on the sequence dimension), one pass: each reads and"
         " writes the whole tensor:",
     )
+
+
+def _other_kernels(d: Derivation) -> None:
+    """Mamba-2's scan and kernels, the loss and unfused softmax."""
+    F, eta, B, beta, e = S(
+        "peak_flops", "matmul_efficiency", "hbm_bandwidth", "memory_efficiency", "element_bytes"
+    )
+    h, h_ff, a, a_kv, d_h, V, k, s = S(
+        "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab", "topk", "seq_len"
+    )
     d.check(
         S("flops") / (F * eta),
         "compute.mamba2.scan_time",
@@ -173,6 +199,11 @@ def derive() -> Derivation:
         "softmax over the scores without a fused kernel: forward reads and writes s per head,"
         " backward reads two, writes one:",
     )
+
+
+def _casts(d: Derivation) -> None:
+    """The low-precision casts around a GEMM, in bytes."""
+    M, N, K, G = S("gemm_m", "gemm_n", "gemm_k", "gemm_count")
     d.check(
         G * (M * K * (2 + 1 + 1) + M * N * (2 + 1 + 1)),
         "compute.memory_bound.fp8_cast",
@@ -206,6 +237,14 @@ def derive() -> Derivation:
         "compute.memory_bound.nvfp4_cast",
         "NVFP4 casts: two copies of half a byte an element and one E4M3 scale byte per 16"
         " elements:",
+    )
+
+
+def _optimizer(d: Derivation) -> None:
+    """One optimizer step's bytes and FLOPs per parameter."""
+    M, N, K, G = S("gemm_m", "gemm_n", "gemm_k", "gemm_count")
+    F, eta, B, beta, e = S(
+        "peak_flops", "matmul_efficiency", "hbm_bandwidth", "memory_efficiency", "element_bytes"
     )
     e_g = S("grad_bytes")
     d.check(
@@ -264,6 +303,17 @@ def derive() -> Derivation:
         "compute.optimizer.newton_schulz_time",
         "A GPU's share C of those FLOPs, GEMMs in 16 bits at the device's ceiling:",
     )
+
+
+def _attention_and_stack(d: Derivation) -> None:
+    """The causal share of fused attention, its time, and a stack's pace."""
+    F, eta, B, beta, e = S(
+        "peak_flops", "matmul_efficiency", "hbm_bandwidth", "memory_efficiency", "element_bytes"
+    )
+    h, h_ff, a, a_kv, d_h, V, k, s = S(
+        "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab", "topk", "seq_len"
+    )
+    C = S("flops")
     q = sympy.Symbol("q", positive=True, integer=True)
     pairs = d.step(
         "Causal attention: query q meets keys 1..q, so a sequence has",
@@ -289,4 +339,3 @@ def derive() -> Derivation:
         " realises the share η_stack of that pace (launch gaps, kernels it does not fuse, host"
         " synchronisation), so they take:",
     )
-    return d
