@@ -10,6 +10,16 @@ def derive() -> Derivation:
         "Activations saved for the backward pass",
         "Which tensors does one layer keep, and how many bytes are they?",
     )
+    lse, out, qkv, swiglu, head_part, seq_part = _layer(d)
+    _op_checkpointing(d, lse, out)
+    norms, gelu = _halves(d, lse, out, qkv, swiglu)
+    _freed_and_gathered(d, norms, out)
+    _korthikanti(d, gelu, head_part, seq_part)
+    return d
+
+
+def _layer(d: Derivation):
+    """A layer's activations with a fused attention kernel."""
     s, b, h, a, a_kv, d_h, h_ff, t = S(
         "seq_len", "microbatch_size", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "tp"
     )
@@ -44,6 +54,15 @@ def derive() -> Derivation:
     )
     d.check(seq_part + (head_part + gelu) / t, "memory.activations.layer_flash_gelu")
     d.check((seq_part + head_part + gelu) / t, "memory.activations.layer_flash_gelu_sp")
+    return lse, out, qkv, swiglu, head_part, seq_part
+
+
+def _op_checkpointing(d: Derivation, lse, out):
+    """What TorchTitan's op-level selective checkpointing keeps, eager and compiled."""
+    s, b, h, a, a_kv, d_h, h_ff, t = S(
+        "seq_len", "microbatch_size", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "tp"
+    )
+    two = 2  # bytes of a 16-bit element
     d.step(
         "TorchTitan's op-level selective checkpointing saves the outputs of a block's matmuls, of"
         " flash attention and of its reduce-scatters, except every second matmul; a Llama block"
@@ -88,6 +107,14 @@ def derive() -> Derivation:
         "Compiled, with SP: nor is the reduce-scatter after w2; the one after wo is, the recomputed"
         " ffn_norm reads it",
     )
+
+
+def _halves(d: Derivation, lse, out, qkv, swiglu):
+    """A layer as an attention half and an MLP half, for each kind of either."""
+    s, b, h, a, a_kv, d_h, h_ff, t = S(
+        "seq_len", "microbatch_size", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "tp"
+    )
+    two = 2  # bytes of a 16-bit element
     d.step(
         "A layer as two halves, for the attention and MLP kinds the whole-layer counts do not"
         " cover; each half keeps its norm's input and output (2 × 2sbh, the sequence part)"
@@ -158,6 +185,17 @@ def derive() -> Derivation:
     )
     d.check(norms + zxbcdt / t, "memory.activations.mamba2")
     d.check((norms + zxbcdt) / t, "memory.activations.mamba2_sp")
+    return norms, gelu
+
+
+def _freed_and_gathered(d: Derivation, norms, out):
+    """What the recompute modules free, the head's inputs, SP's gathered copies, older extras."""
+    s, b, h, a, a_kv, d_h, h_ff, t = S(
+        "seq_len", "microbatch_size", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "tp"
+    )
+    two = 2  # bytes of a 16-bit element
+    r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
+    k, e_s, h_e = S("topk", "shared_experts", "expert_ffn_hidden")
     d.step(
         "Megatron-Core's recompute modules free outputs and recompute them from saved inputs:"
         " 'layernorm' the two norms' outputs, 'mla_up_proj' the latents' norms' outputs with Q, K"
@@ -201,6 +239,13 @@ def derive() -> Derivation:
         "memory.activations.legacy.attention_output_copy",
     )
     d.check(two * s * b * h_ff / t, "memory.activations.legacy.silu_output")
+
+
+def _korthikanti(d: Derivation, gelu, head_part, seq_part):
+    """Korthikanti et al.'s layer, without a fused attention kernel."""
+    s, b, h, a, a_kv, d_h, h_ff, t = S(
+        "seq_len", "microbatch_size", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "tp"
+    )
     gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h, t: 1}
     korthikanti = (
         (seq_part + head_part + gelu).subs(gpt) + 2 * s * b * h + 5 * a * s**2 * b - 4 * s * b * a
@@ -229,4 +274,3 @@ def derive() -> Derivation:
         "and with SP as well",
     )
     d.check(korthikanti / t, "memory.activations.layer_tp_sp")
-    return d
