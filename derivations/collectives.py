@@ -10,6 +10,15 @@ def derive() -> Derivation:
     d = Derivation(
         "Collectives on a ring", "How many bytes does each rank send, and how long does it take?"
     )
+    _ring(d)
+    N = _across_nodes(d)
+    _two_level(d, N)
+    _switchless(d)
+    return d
+
+
+def _ring(d: Derivation):
+    """Ring collectives on one level: bytes each rank sends, time and bus bandwidth."""
     Sz, n, Bw, alpha = S("message", "ranks", "bandwidth", "latency")
     k = sympy.Symbol("k", integer=True, positive=True)
     d.step(
@@ -58,7 +67,11 @@ def derive() -> Derivation:
         "Broadcast pipelined along a chain of n ranks: the first piece needs n − 1 hops of latency,"
         " then the whole message streams through every link at B (large messages, pieces small)",
     )
-    # spanning nodes: n_n nodes of g ranks, one NIC per rank
+
+
+def _across_nodes(d: Derivation):
+    """Collectives spanning nodes: the bytes on each level and the slower link's pace."""
+    Sz, n, Bw, alpha = S("message", "ranks", "bandwidth", "latency")
     g, nn, Bup, Bout = S("gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth")
     N = g * nn
     d.step(
@@ -120,7 +133,13 @@ def derive() -> Derivation:
     d.check(
         (N - 1) * alpha + sympy.Max(up / Bup, out / Bout), "collectives.multinode.all_to_all.time"
     )
-    # the explicit two-level algorithm
+    return N
+
+
+def _two_level(d: Derivation, N):
+    """The explicit two-level all-reduce against the flat ring, and where it wins."""
+    Sz, n, Bw, alpha = S("message", "ranks", "bandwidth", "latency")
+    g, nn, Bup, Bout = S("gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth")
     hier = d.step(
         "Two-level all-reduce, an explicit hierarchical algorithm: reduce-scatter inside the node, "
         "all-reduce of the S/g shard across nodes, all-gather inside the node, one after the other",
@@ -171,7 +190,12 @@ def derive() -> Derivation:
         " would be bound by B_out alone; spreading the channels over the node's g NICs is what"
         " gives the ring g·B_out"
     )
-    # a fully connected domain without a switch
+
+
+def _switchless(d: Derivation):
+    """A fully connected domain without a switch."""
+    Sz, n, Bw, alpha = S("message", "ranks", "bandwidth", "latency")
+    g, nn, Bup, Bout = S("gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth")
     L = S("scale_up_links")
     d.step(
         "A scale-up domain without a switch (AMD's 8-GPU nodes): each accelerator has n_up direct"
@@ -191,4 +215,3 @@ def derive() -> Derivation:
         "MI300X (n_up = 7, B_up = 448 GB/s): a TP group of 2, in GB/s",
         float((Bup * (n - 1) / L).subs({Bup: 448, n: 2, L: 7})),
     )
-    return d
