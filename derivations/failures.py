@@ -15,11 +15,17 @@ def derive() -> Derivation:
         "Failures, checkpoints and goodput",
         "How often does a large job stop, how often should it checkpoint, and what does it lose?",
     )
-    lam, n, delta, M, R, tau, sigma = (
-        *S("interruption_rate", "gpus", "checkpoint_time", "mtbf", "restart_time"),
-        sympy.Symbol("tau", positive=True),
-        S("sigma"),
-    )
+    _young(d)
+    _daly(d)
+    _stragglers(d)
+    return d
+
+
+def _young(d: Derivation):
+    """Interruptions at scale, Young's checkpoint interval, goodput and the GPU count where
+    throughput peaks."""
+    lam, n, delta, M, R = S("interruption_rate", "gpus", "checkpoint_time", "mtbf", "restart_time")
+    tau = sympy.Symbol("tau", positive=True)
     rate = an.Q_(419, "1") / (an.Q_(54, "day") * 16384)
     d.number(
         "Llama 3: 419 unexpected interruptions in 54 days on ≈16,384 GPUs: per GPU per hour",
@@ -68,7 +74,12 @@ def derive() -> Derivation:
                     .magnitude
                 ),
             )
-    # Daly 2006: the expected wall time with exponential failures, exactly
+
+
+def _daly(d: Derivation):
+    """Daly's exact expected wall time, its optimum against the first-order one."""
+    delta, M, R = S("checkpoint_time", "mtbf", "restart_time")
+    tau = sympy.Symbol("tau", positive=True)
     w, D, E, t = sympy.symbols("w D E t", positive=True)
     renewal = sympy.Eq(
         E, w * sympy.exp(-w / M) + sympy.integrate((t + D + E) * sympy.exp(-t / M) / M, (t, 0, w))
@@ -119,6 +130,11 @@ def derive() -> Derivation:
             f" series: {series:.2f})",
             round(best, 2),
         )
+
+
+def _stragglers(d: Derivation):
+    """The slowest of n GPUs: the leading term against the exact expected maximum."""
+    n, sigma = S("gpus", "sigma")
     d.check(
         1 + sigma * sympy.sqrt(2 * sympy.log(n)),
         "reliability.straggler_slowdown",
@@ -135,4 +151,3 @@ def derive() -> Derivation:
             f"  n = {gpus:,}: exact expected maximum of standard normals {exact:.3f}, leading term",
             round(math.sqrt(2 * math.log(gpus)), 3),
         )
-    return d

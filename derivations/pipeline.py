@@ -13,6 +13,14 @@ def derive() -> Derivation:
         "Pipeline bubbles",
         "How much of a step do pipeline stages sit idle, and how many microbatches hide it?",
     )
+    chain = _bubbles(d)
+    _simulated(d, chain)
+    _uneven(d)
+    return d
+
+
+def _bubbles(d: Derivation):
+    """The bubble of each schedule, and the chain that bounds them."""
     p, m, v, tf, tb, tw, tfb = S("pp", "microbatches", "vpp", "t_f", "t_b", "t_w", "t_fb")
     total = d.step(
         "GPipe and 1F1B with equal stages: the last microbatch's forward enters stage p after (p−1)"
@@ -68,6 +76,12 @@ def derive() -> Derivation:
             )
         ),
     )
+    return chain
+
+
+def _simulated(d: Derivation, chain):
+    """The pipeline simulator against the bounds, and the microbatches for a bubble."""
+    p, m, v, tf, tb, tw, tfb = S("pp", "microbatches", "vpp", "t_f", "t_b", "t_w", "t_fb")
     for sched in ("1f1b", "zb-h1", "zb-h2"):
         for p_, m_ in ((4, 1), (4, 2), (8, 1), (8, 3), (8, 16)):
             r = simulate(sched, p_, m_)
@@ -96,6 +110,11 @@ def derive() -> Derivation:
         " (analytic.reference.pipeline_sim) gives exactly these bubbles for p ∈ {4, 8}, m ∈ {8,"
         " 16}."
     )
+
+
+def _uneven(d: Derivation):
+    """Uneven stages: the slowest stage sets the pace."""
+    p, m, v, tf, tb, tw, tfb = S("pp", "microbatches", "vpp", "t_f", "t_b", "t_w", "t_fb")
     t_max, t_mean = sympy.symbols("t_max t_mean", positive=True)
     T_max, T = S("slowest_stage_time", "stage_time")
     uneven = d.step(
@@ -126,4 +145,3 @@ def derive() -> Derivation:
         " Korthikanti's p·(1 + (p−1)/(pv)) gives the same",
         r.peak_in_flight[0],
     )
-    return d
