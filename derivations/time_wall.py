@@ -12,6 +12,14 @@ def derive() -> Derivation:
     d = Derivation(
         "The time wall: FLOPs of training", "Where does 6ND come from, and when is it accurate?"
     )
+    proj, scores = _flops_per_token(d)
+    _flash_and_moe(d)
+    _six_nd(d, proj, scores)
+    return d
+
+
+def _flops_per_token(d: Derivation):
+    """A layer's FLOPs per token: projections, scores, MLP, logits, MLA."""
     m_, n_ = sympy.symbols("m n", positive=True)
     fwd = d.step(
         "A token through a weight matrix m×n costs m·n multiply-adds: 2mn FLOPs forward",
@@ -74,9 +82,24 @@ def derive() -> Derivation:
         "compute.flops_per_token_palm.mla",
         "PaLM's convention with MLA's core: 6N plus three times the core's forward, per layer:",
     )
-    # FlashAttention's backward (Dao et al. 2022, Algorithm 4), per token and head, for queries and
-    # keys of width w_qk and values of width w_v: it keeps no s×s matrix, so it recomputes S = QKᵀ
-    # first
+    return proj, scores
+
+
+def _flash_and_moe(d: Derivation):
+    """FlashAttention's backward recomputation, and an MoE layer's FLOPs."""
+    h, a, a_kv, d_h, h_ff, s, V, L, b, B = S(
+        "hidden",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "ffn_hidden",
+        "seq_len",
+        "vocab",
+        "layers",
+        "microbatch_size",
+        "global_batch",
+    )
+    r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
     w_qk, w_v = sympy.symbols("w_qk w_v", positive=True)
     fa_fwd = d.step(
         "FlashAttention forward per token and head: S = QKᵀ over s keys, then O = PV",
@@ -113,7 +136,21 @@ def derive() -> Derivation:
         " h×E:",
     )
 
-    # GPT shape: MHA, a·d_h = h, h_ff = 4h, tied embeddings
+
+def _six_nd(d: Derivation, proj, scores):
+    """The exact count of a GPT against 6ND, and PaLM's count."""
+    h, a, a_kv, d_h, h_ff, s, V, L, b, B = S(
+        "hidden",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "ffn_hidden",
+        "seq_len",
+        "vocab",
+        "layers",
+        "microbatch_size",
+        "global_batch",
+    )
     gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h}
     per_token = 3 * (L * (proj + scores + 2 * 2 * h * h_ff) + 2 * h * V)
     exact = sympy.simplify((per_token * B * s).subs(gpt))
@@ -150,4 +187,3 @@ def derive() -> Derivation:
         "MoE: a token passes through k routed and the shared experts only, so every term above "
         "counts active parameters: C = 6·N_active·D (DeepSeek-V3: 37B of 671B)."
     )
-    return d

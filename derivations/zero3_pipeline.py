@@ -13,6 +13,13 @@ def derive() -> Derivation:
         "Should a pipelined ZeRO-3 stage keep its parameters unsharded from one microbatch to the"
         " next?",
     )
+    extra, held, saved = _trade(d)
+    _llama_405b(d, extra, held, saved)
+    return d
+
+
+def _trade(d: Derivation):
+    """Memory that resharding saves against traffic it adds."""
     Psi, e, N = S("params", "element_bytes", "dp")
     Ls, m = sympy.symbols("L_s m", positive=True)
     d.step(
@@ -66,9 +73,13 @@ def derive() -> Derivation:
         " for its bubble",
         sympy.simplify(extra / saved),
     )
+    return extra, held, saved
 
-    # TorchTitan's 405B 3D run (Liang et al. Table 5): TP8 PP8 FSDP8, 8 microbatches of 4 sequences
-    # of 8,192
+
+def _llama_405b(d: Derivation, extra, held, saved):
+    """The trade on TorchTitan's 405B 3D run."""
+    Psi, e, N = S("params", "element_bytes", "dp")
+    Ls, m = sympy.symbols("L_s m", positive=True)
     plan = an.Plan(
         an.model("llama3-405b"),
         an.hardware("h100-sxm"),
@@ -102,4 +113,3 @@ def derive() -> Derivation:
         (gb(extra) / nic).to("s"),
         "extra_405b_time",
     )
-    return d
