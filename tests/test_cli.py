@@ -153,39 +153,17 @@ def test_step_json_round_trips(capsys):
         ),
         (["step", "--model", "llama3-405b", "--hardware", "h100"], "h100-sxm"),
         (
-            [
-                "step",
-                "--model",
-                "llama3-405b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "8192",
-                "--tp",
-                "3",
-                "--seq",
-                "8192",
-                "--global-batch",
-                "2048",
-            ],
+            (
+                "step --model llama3-405b --hardware h100-sxm --gpus 8192 --tp 3 --seq 8192"
+                " --global-batch 2048"
+            ).split(),
             "tp",
         ),
         (
-            [
-                "step",
-                "--model",
-                "llama3-405b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "100",
-                "--tp",
-                "8",
-                "--seq",
-                "8192",
-                "--global-batch",
-                "2048",
-            ],
+            (
+                "step --model llama3-405b --hardware h100-sxm --gpus 100 --tp 8 --seq 8192"
+                " --global-batch 2048"
+            ).split(),
             "gpus",
         ),
         (["step", "--mfu", "1.5"], "mfu"),
@@ -220,37 +198,17 @@ def test_user_errors_are_one_line_exit_2(capsys, argv, needle):
     [
         (["step", "--tp", "x"], "--tp: expected an integer ≥ 1, got 'x'"),
         (
-            [
-                "memory",
-                "--model",
-                "llama3-8b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "12",
-                "--tp",
-                "8",
-                "--seq",
-                "8192",
-                "--global-batch",
-                "8",
-            ],
+            (
+                "memory --model llama3-8b --hardware h100-sxm --gpus 12 --tp 8 --seq 8192"
+                " --global-batch 8"
+            ).split(),
             "--gpus: 12 is not divisible by tp·cp·pp = 8",
         ),
         (
-            [
-                "step",
-                "--model",
-                "llama3-8b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "8",
-                "--seq",
-                "8192",
-                "--batch-tokens",
-                "16.5",
-            ],
+            (
+                "step --model llama3-8b --hardware h100-sxm --gpus 8 --seq 8192 --batch-tokens"
+                " 16.5"
+            ).split(),
             "analytic: --batch-tokens: '16.5' is not a whole number of 8192-token sequences",
         ),
     ],
@@ -359,21 +317,10 @@ def test_search_405b_beats_the_published_layout(capsys):
     1F1B)."""
     import analytic as an
 
-    argv = [
-        "search",
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "16384",
-        "--seq",
-        "8192",
-        "--batch-tokens",
-        "16M",
-        "--top",
-        "5",
-    ]
+    argv = (
+        "search --model llama3-405b --hardware h100-sxm --gpus 16384 --seq 8192 --batch-tokens 16M"
+        " --top 5"
+    ).split()
     code, out, err = run(capsys, *argv, "--json")
     assert code == 0, err
     res = json.loads(out)
@@ -420,30 +367,10 @@ def _step_time(text: str) -> float:
 def test_step_comm_sms(capsys):
     """--comm-sms reserves SMs for communication: the DeepSeek-V3 step is slower by the model, and a
     count the GPU does not have is one line and exit 2."""
-    argv = [
-        "step",
-        "--model",
-        "deepseek-v3",
-        "--hardware",
-        "h800",
-        "--gpus",
-        "2048",
-        "--pp",
-        "16",
-        "--ep",
-        "64",
-        "--zero",
-        "1",
-        "--schedule",
-        "dualpipe",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "15360",
-        "--dtype",
-        "fp8",
-        "--json",
-    ]
+    argv = (
+        "step --model deepseek-v3 --hardware h800 --gpus 2048 --pp 16 --ep 64 --zero 1 --schedule"
+        " dualpipe --seq 4096 --global-batch 15360 --dtype fp8 --json"
+    ).split()
     code, out, err = run(capsys, *argv)
     assert code == 0, err
     code, out20, err = run(capsys, *argv, "--comm-sms", "20")
@@ -458,27 +385,10 @@ def test_step_comm_sms(capsys):
 def test_step_zero3_gather(capsys):
     """--zero3-gather per-tensor: a slower step that says how it gathers; without ZeRO-3, one line
     and exit 2."""
-    argv = [
-        "step",
-        "--model",
-        "gpt3-175b",
-        "--hardware",
-        "a100-80g",
-        "--dp",
-        "768",
-        "--zero",
-        "3",
-        "--recompute",
-        "full",
-        "--seq",
-        "2048",
-        "--global-batch",
-        "1536",
-        "--dtype",
-        "fp16",
-        "--no-flash-attention",
-        "--json",
-    ]
+    argv = (
+        "step --model gpt3-175b --hardware a100-80g --dp 768 --zero 3 --recompute full --seq 2048"
+        " --global-batch 1536 --dtype fp16 --no-flash-attention --json"
+    ).split()
     code, out, err = run(capsys, *argv)
     assert code == 0, err
     code, slow, err = run(capsys, *argv, "--zero3-gather", "per-tensor")
@@ -489,21 +399,10 @@ def test_step_zero3_gather(capsys):
         capsys, *[a if a != "3" else "2" for a in argv], "--zero3-gather", "per-tensor"
     )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
-    search = [
-        "search",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "256",
-        "--top",
-        "2",
-    ]
+    search = (
+        "search --model llama3-8b --hardware h100-sxm --gpus 64 --seq 4096 --global-batch 256"
+        " --top 2"
+    ).split()
     code, out, err = run(capsys, *search, "--zero", "1", "--zero3-gather", "per-tensor")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
     code, out, err = run(
@@ -528,25 +427,10 @@ def test_step_zero3_gather(capsys):
 def test_search_counts_the_layouts_on_the_stack_it_is_given(capsys):
     """--stack reaches the search: its table says the stack, each row's memory is that stack's
     Plan's, and an unknown stack is refused in one line naming the choices."""
-    base = [
-        "search",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "256",
-        "--zero",
-        "1",
-        "--recompute",
-        "none",
-        "--schedule",
-        "1f1b",
-    ]
+    base = (
+        "search --model llama3-8b --hardware h100-sxm --gpus 64 --seq 4096 --global-batch 256"
+        " --zero 1 --recompute none --schedule 1f1b"
+    ).split()
     code, out, err = run(capsys, *base, "--top", "2", "--stack", "torchtitan")
     assert (
         code == 0
@@ -594,23 +478,10 @@ def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
 def test_step_on_a_preset_without_a_link_bandwidth_still_tells_the_rest(capsys):
     """TPU7x's preset has no sourced scale-up bandwidth: the story keeps memory and FLOPs and says
     why communication and the step time are missing, instead of failing as a whole."""
-    argv = [
-        "step",
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "tpu7x",
-        "--gpus",
-        "64",
-        "--tp",
-        "4",
-        "--zero",
-        "3",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "64",
-    ]
+    argv = (
+        "step --model llama3-70b --hardware tpu7x --gpus 64 --tp 4 --zero 3 --seq 8192"
+        " --global-batch 64"
+    ).split()
     code, out, err = run(capsys, *argv)
     assert code == 0, err
     assert (
@@ -629,20 +500,10 @@ def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
     """--zero, --recompute, --schedule, --microbatch-size, --vpp, a pinned degree (--tp 2) and the
     link overrides narrow or shape the search; a step-only flag (--mfu, --no-sp) is an error, not a
     silent no-op."""
-    base = [
-        "search",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "256",
-        "--json",
-    ]
+    base = (
+        "search --model llama3-8b --hardware h100-sxm --gpus 64 --seq 8192 --global-batch 256"
+        " --json"
+    ).split()
     code, out, err = run(capsys, *base)
     assert code == 0, err
     everything = json.loads(out)
@@ -683,23 +544,10 @@ def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
 def test_flash_attention_flags(capsys):
     """--no-flash-attention reaches the plan (step, memory) and the search; a GQA model without
     flash attention is refused in one line."""
-    argv = [
-        "--model",
-        "gpt3-175b",
-        "--hardware",
-        "a100-80g",
-        "--gpus",
-        "1024",
-        "--tp",
-        "8",
-        "--pp",
-        "16",
-        "--seq",
-        "2048",
-        "--global-batch",
-        "1536",
-        "--json",
-    ]
+    argv = (
+        "--model gpt3-175b --hardware a100-80g --gpus 1024 --tp 8 --pp 16 --seq 2048"
+        " --global-batch 1536 --json"
+    ).split()
     executed = {}
     for flag in ("--flash-attention", "--no-flash-attention"):
         code, out, err = run(capsys, "step", *argv, flag)
@@ -721,20 +569,10 @@ def test_flash_attention_flags(capsys):
             plan.hardware_flops().to("FLOP").magnitude, rel=1e-12
         )
     assert executed["--flash-attention"] > executed["--no-flash-attention"]
-    search = [
-        "search",
-        "--model",
-        "gpt3-175b",
-        "--hardware",
-        "a100-80g",
-        "--gpus",
-        "64",
-        "--seq",
-        "2048",
-        "--global-batch",
-        "64",
-        "--json",
-    ]
+    search = (
+        "search --model gpt3-175b --hardware a100-80g --gpus 64 --seq 2048 --global-batch 64"
+        " --json"
+    ).split()
     best = {
         flag: json.loads(run(capsys, *search, flag)[1])["ranked"][0]
         for flag in ("--flash-attention", "--no-flash-attention")
@@ -782,26 +620,10 @@ def test_scale_up_domain_flag_moves_a_group_onto_nvlink(capsys):
     """DP 8 with TP 8 on GB200 trays: within a domain of 64 the DP group rides NVLink; with domains
     of 8 (one board) it goes through the NICs. A domain the layout cannot tile is one line, exit
     2."""
-    base = [
-        "step",
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "gb200-nvl72",
-        "--gpus",
-        "1024",
-        "--tp",
-        "8",
-        "--pp",
-        "16",
-        "--zero",
-        "1",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "1024",
-        "--json",
-    ]
+    base = (
+        "step --model llama3-405b --hardware gb200-nvl72 --gpus 1024 --tp 8 --pp 16 --zero 1 --seq"
+        " 8192 --global-batch 1024 --json"
+    ).split()
     links = {}
     for domain in ("64", "8"):
         assert main([*base, "--scale-up-domain", domain]) == 0
@@ -817,22 +639,10 @@ def test_selective_recomputation_under_flash_attention_is_called_out(capsys):
     attention core: the memory output says so with the FLOPs it costs (the executed FLOPs of the
     plan minus those of the same plan without recomputation), and the memory is the same as without
     it."""
-    base = [
-        "memory",
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--tp",
-        "8",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "64",
-        "--json",
-    ]
+    base = (
+        "memory --model llama3-70b --hardware h100-sxm --gpus 64 --tp 8 --seq 8192 --global-batch"
+        " 64 --json"
+    ).split()
     outs = {}
     for rc in ("none", "selective"):
         assert main([*base, "--recompute", rc]) == 0
@@ -877,47 +687,16 @@ def test_solve_answers_without_sympy(capsys):
     sequences split only at 256; DeepSeek-V3 without EP never fits, and the one-line error says
     which parts do not shrink."""
     assert (
-        main(
-            [
-                "solve",
-                "bubble",
-                "--schedule",
-                "interleaved",
-                "--pp",
-                "16",
-                "--vpp",
-                "4",
-                "--target",
-                "0.05",
-                "--json",
-            ]
-        )
+        main("solve bubble --schedule interleaved --pp 16 --vpp 4 --target 0.05 --json".split())
         == 0
     )
     assert json.loads(capsys.readouterr().out)["microbatches"] == 80
     assert (
         main(
-            [
-                "solve",
-                "smallest",
-                "--free",
-                "dp",
-                "--model",
-                "llama3-405b",
-                "--hardware",
-                "h100-sxm",
-                "--tp",
-                "8",
-                "--pp",
-                "16",
-                "--zero",
-                "1",
-                "--seq",
-                "8192",
-                "--global-batch",
-                "2048",
-                "--json",
-            ]
+            (
+                "solve smallest --free dp --model llama3-405b --hardware h100-sxm --tp 8 --pp 16"
+                " --zero 1 --seq 8192 --global-batch 2048 --json"
+            ).split()
         )
         == 0
     )
@@ -929,26 +708,10 @@ def test_solve_answers_without_sympy(capsys):
     ) and "global_batch" in out["skipped"]
     assert (
         main(
-            [
-                "solve",
-                "smallest",
-                "--free",
-                "dp",
-                "--model",
-                "deepseek-v3",
-                "--hardware",
-                "h800",
-                "--pp",
-                "16",
-                "--zero",
-                "1",
-                "--seq",
-                "4096",
-                "--global-batch",
-                "15360",
-                "--dtype",
-                "fp8",
-            ]
+            (
+                "solve smallest --free dp --model deepseek-v3 --hardware h800 --pp 16 --zero 1"
+                " --seq 4096 --global-batch 15360 --dtype fp8"
+            ).split()
         )
         == 2
     )
@@ -956,18 +719,7 @@ def test_solve_answers_without_sympy(capsys):
     assert len(err.splitlines()) == 1 and "weights + gradients do not shrink with dp" in err
     for argv in (
         ["solve", "smallest", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "8192"],
-        [
-            "solve",
-            "smallest",
-            "--free",
-            "dp",
-            "--dp",
-            "8",
-            "--model",
-            "llama3-8b",
-            "--hardware",
-            "h100-sxm",
-        ],
+        "solve smallest --free dp --dp 8 --model llama3-8b --hardware h100-sxm".split(),
         ["solve", "bubble", "--pp", "16", "--target", "0.05", "--tp", "8"],
     ):
         assert main(argv) == 2
@@ -979,22 +731,10 @@ def test_solve_mfu_and_tp_break_even(capsys):
     0.3, checked against plans either side; `solve tp-break-even`: TP's time over compute is k(t −
     1), so a tenth of the compute is reached a tenth of the way from t = 1, and over NICs far sooner
     than over NVLink."""
-    flags = [
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "h100-sxm",
-        "--tp",
-        "8",
-        "--pp",
-        "16",
-        "--zero",
-        "1",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "2048",
-    ]
+    flags = (
+        "--model llama3-405b --hardware h100-sxm --tp 8 --pp 16 --zero 1 --seq 8192 --global-batch"
+        " 2048"
+    ).split()
     assert main(["solve", "mfu", "--free", "dp", "--threshold", "0.3", *flags, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     plan = an.Plan(
@@ -1036,18 +776,7 @@ def test_solve_mfu_and_tp_break_even(capsys):
     for argv in (
         ["solve", "mfu", "--free", "dp", *flags],  # no threshold
         ["solve", "smallest", "--free", "dp", "--threshold", "0.3", *flags],
-        [
-            "solve",
-            "tp-break-even",
-            "--model",
-            "llama3-8b",
-            "--hardware",
-            "h100-sxm",
-            "--seq",
-            "8192",
-            "--tp",
-            "8",
-        ],
+        "solve tp-break-even --model llama3-8b --hardware h100-sxm --seq 8192 --tp 8".split(),
         ["solve", "bubble", "--pp", "16", "--target", "0.05", "--link", "scale-out"],
     ):
         assert main(argv) == 2
@@ -1089,25 +818,10 @@ def test_formula_value_in_a_unit(capsys):
 def test_search_command_over_several_sizes(capsys):
     """--gpus 64,256,1024 --objective cost: the JSON rows carry their GPU count and cost; a plot
     takes one count."""
-    argv = [
-        "search",
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64,256,1024",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "64",
-        "--zero",
-        "1",
-        "--recompute",
-        "none",
-        "--top",
-        "3",
-    ]
+    argv = (
+        "search --model llama3-70b --hardware h100-sxm --gpus 64,256,1024 --seq 8192"
+        " --global-batch 64 --zero 1 --recompute none --top 3"
+    ).split()
     assert main([*argv, "--objective", "cost", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     costs = [r["gpu_hours_per_million_tokens"] for r in out["ranked"]]
@@ -1126,23 +840,10 @@ def test_recompute_layers_flag(capsys):
     """--recompute-layers N recomputes N layers of each stage under --recompute full: its
     activations lie between full recomputation's and none; without full it is one line and exit
     2."""
-    flags = [
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--tp",
-        "8",
-        "--pp",
-        "4",
-        "--dp",
-        "4",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "64",
-        "--json",
-    ]
+    flags = (
+        "--model llama3-70b --hardware h100-sxm --tp 8 --pp 4 --dp 4 --seq 8192 --global-batch 64"
+        " --json"
+    ).split()
     acts = {}
     for extra in ([], ["--recompute", "full"], ["--recompute", "full", "--recompute-layers", "5"]):
         assert main(["memory", *flags, *extra]) == 0
@@ -1160,24 +861,10 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
     fitted = an.presets.memory_reserve("pytorch")
     # every measured peak lay above the count
     assert fitted["low"] < 1 < fitted["high"] and 1 < fitted["reserve"]
-    flags = [
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--tp",
-        "8",
-        "--pp",
-        "4",
-        "--dp",
-        "4",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "64",
-        "--recompute",
-        "full",
-    ]
+    flags = (
+        "--model llama3-70b --hardware h100-sxm --tp 8 --pp 4 --dp 4 --seq 8192 --global-batch 64"
+        " --recompute full"
+    ).split()
     assert main(["memory", *flags, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     peak = data["total"] * fitted["reserve"]
@@ -1201,28 +888,10 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
     assert main(["memory", *flags]) == 0 and "would not fit" not in capsys.readouterr().out
     # the source text's step recomputing 3 layers a stage: 66.4 GB by the count, 76.4 GB predicted,
     # 85.9 GB at the top with the mean outside the allocator
-    essay = [
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "h100-sxm",
-        "--tp",
-        "8",
-        "--pp",
-        "16",
-        "--dp",
-        "64",
-        "--zero",
-        "1",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "2048",
-        "--recompute",
-        "full",
-        "--recompute-layers",
-        "3",
-    ]
+    essay = (
+        "--model llama3-405b --hardware h100-sxm --tp 8 --pp 16 --dp 64 --zero 1 --seq 8192"
+        " --global-batch 2048 --recompute full --recompute-layers 3"
+    ).split()
     assert main(["memory", *essay]) == 0
     out = capsys.readouterr().out
     two = an.Plan(
@@ -1262,22 +931,10 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
     )
     assert main(["memory", *essay, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reserve_measured_on"] == stacks
-    maxtext = [
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "tpu-v6e",
-        "--dp",
-        "8",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "8",
-        "--stack",
-        "maxtext",
-        "--recompute",
-        "full",
-    ]
+    maxtext = (
+        "--model llama3-8b --hardware tpu-v6e --dp 8 --seq 8192 --global-batch 8 --stack maxtext"
+        " --recompute full"
+    ).split()
     assert main(["memory", *maxtext, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["peak"] is None and any("not xla's" in n for n in data["notes"])
@@ -1297,30 +954,10 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
     `analytic memory` prints as a run at the allocator's limit, by how much, and why it still runs;
     the source text's layout, whose count is above the HBM, does not fit; MaxText's, without a
     fitted reserve, fits by its count."""
-    flags = [
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "h100-sxm",
-        "--tp",
-        "8",
-        "--pp",
-        "16",
-        "--dp",
-        "64",
-        "--zero",
-        "2",
-        "--sp",
-        "--schedule",
-        "interleaved",
-        "--vpp",
-        "8",
-        "--ends-as-layers",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "2048",
-    ]
+    flags = (
+        "--model llama3-405b --hardware h100-sxm --tp 8 --pp 16 --dp 64 --zero 2 --sp --schedule"
+        " interleaved --vpp 8 --ends-as-layers --seq 8192 --global-batch 2048"
+    ).split()
     plan = an.Plan(
         an.model("llama3-405b"),
         an.hardware("h100-sxm"),
@@ -1348,15 +985,13 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
     assert (
         f"with the memory outside it, {peak + mean:.4g} GB: {peak + mean - hbm:.4g} GB over the HBM"
         " with the count within it: fits at the allocator's limit (short of memory, it releases"
-        " its cached blocks and retries: num_alloc_retries of torch.cuda.memory_stats)"
-        in out
+        " its cached blocks and retries: num_alloc_retries of torch.cuda.memory_stats)" in out
     )
     # what lies outside the allocator is named, and the formula the headroom comes from says so
     assert (
         "(outside the allocator: the driver's reservation, the CUDA context, NCCL's buffers; at"
         f" least {least:.4g} GB, {mean:.4g} GB on average, in snapshots of training runs:"
-        " memory.headroom)"
-        in out
+        " memory.headroom)" in out
     )
     assert any("CUDA context" in a for a in an.formula("memory.headroom").assumptions)
     assert main(["memory", *flags, "--json"]) == 0
@@ -1390,25 +1025,10 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
     )
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "does not fit" and not data["fits"]
-    maxtext = [
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "tpu-v6e",
-        "--dp",
-        "8",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "8",
-        "--stack",
-        "maxtext",
-        "--recompute",
-        "full",
-        "--zero",
-        "3",
-        "--json",
-    ]
+    maxtext = (
+        "--model llama3-8b --hardware tpu-v6e --dp 8 --seq 8192 --global-batch 8 --stack maxtext"
+        " --recompute full --zero 3 --json"
+    ).split()
     assert main(["memory", *maxtext]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "fits" and data["fits"] and data["peak"] is None
@@ -1457,8 +1077,7 @@ def test_memory_with_offloaded_activations(capsys, docs):
     )
     assert (
         f"--offload-activations` gives {total} GB of the {hbm} GB, and 53.69 GB a chip in host"
-        " memory"
-        in readme
+        " memory" in readme
     )
 
 
@@ -1786,7 +1405,8 @@ def test_an_output_that_cannot_take_the_notation_gets_ascii(encoding):
         and (encoding != "ascii" or done.stdout.isascii())
     )
     assert (
-        "Ψ" in _command(
+        "Ψ"
+        in _command(
             "formula", "memory.model_states.zero1", env={"PYTHONIOENCODING": "utf-8"}
         ).stdout
     )
@@ -1810,20 +1430,9 @@ def test_the_command_line_finishes_its_sentences(capsys):
     import subprocess
     import sys
 
-    flags = [
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "16",
-        "--tp",
-        "16",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "16",
-    ]
+    flags = (
+        "--model llama3-70b --hardware h100-sxm --gpus 16 --tp 16 --seq 4096 --global-batch 16"
+    ).split()
     code, out, err = run(capsys, "step", *flags)
     assert code == 2 and "--allow-cross-node-tp" in err
     code, out, err = run(capsys, "step", *flags, "--allow-cross-node-tp")
@@ -2084,25 +1693,10 @@ def test_solve_smallest_fits_at_the_predicted_peak_unless_told_the_allocators_li
     names 64 as the one at the limit, and takes it with --at-limit; each answer is
     Plan.memory_verdict's of that dp, and the dp below it that splits the batch does not fit by that
     rule."""
-    flags = [
-        "--free",
-        "dp",
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "h100-sxm",
-        "--tp",
-        "8",
-        "--pp",
-        "16",
-        "--zero",
-        "3",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "2048",
-        "--json",
-    ]
+    flags = (
+        "--free dp --model llama3-405b --hardware h100-sxm --tp 8 --pp 16 --zero 3 --seq 8192"
+        " --global-batch 2048 --json"
+    ).split()
     assert main(["solve", "smallest", *flags]) == 0
     fits = json.loads(capsys.readouterr().out)
     assert main(["solve", "smallest", *flags, "--at-limit"]) == 0
@@ -2133,20 +1727,9 @@ def test_a_plan_that_does_not_fit_says_so_first_with_the_layouts_that_do(capsys)
     """`step` and `memory` of Llama 3 70B at TP 8 on 256 H100s (182 GB a GPU): the first line says
     it does not fit, and the layouts that do are search's fastest of the same GPUs, each one that
     Plan finds fitting."""
-    flags = [
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "256",
-        "--tp",
-        "8",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "512",
-    ]
+    flags = (
+        "--model llama3-70b --hardware h100-sxm --gpus 256 --tp 8 --seq 8192 --global-batch 512"
+    ).split()
     assert main(["step", *flags]) == 0
     assert capsys.readouterr().out.startswith(
         "DOES NOT FIT: 182.1 GB counted per GPU of 85.52 GB HBM\n"
@@ -2170,20 +1753,10 @@ def test_step_of_a_model_without_a_layout_takes_searchs_fastest_and_says_so(caps
     fastest, named in a note."""
     assert (
         main(
-            [
-                "step",
-                "--model",
-                "llama3-70b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "256",
-                "--seq",
-                "8192",
-                "--global-batch",
-                "512",
-                "--json",
-            ]
+            (
+                "step --model llama3-70b --hardware h100-sxm --gpus 256 --seq 8192 --global-batch"
+                " 512 --json"
+            ).split()
         )
         == 0
     )
@@ -2211,18 +1784,7 @@ def test_a_search_in_which_nothing_fits_names_the_closest_and_the_hbm_it_needs(c
     """Llama 3 405B on 8 H100s: no layout fits; the search says which stood closest and the HBM at
     which its plan would fit at its predicted peak (Plan's verdict there 'fits', and 'does not fit'
     or 'at the limit' a tenth below)."""
-    flags = [
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "8",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "64",
-    ]
+    flags = "--model llama3-405b --hardware h100-sxm --gpus 8 --seq 8192 --global-batch 64".split()
     assert main(["search", *flags]) == 0
     assert (
         capsys.readouterr()
@@ -2261,22 +1823,10 @@ def test_step_names_its_stack_and_the_step_every_other_stack_of_the_platform_pre
     """The stack and its fitted efficiency lead the story, beside the step the other stacks that run
     on CUDA and run this layout predict; each as a plan of that stack gives it, and a stack of
     another platform (Trainium's) is not among them."""
-    flags = [
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h200",
-        "--gpus",
-        "256",
-        "--tp",
-        "8",
-        "--zero",
-        "1",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "256",
-    ]
+    flags = (
+        "--model llama3-70b --hardware h200 --gpus 256 --tp 8 --zero 1 --seq 8192 --global-batch"
+        " 256"
+    ).split()
     assert main(["step", *flags]) == 0
     first = entries(capsys.readouterr().out)[:2]
     assert first[0].startswith("stack megatron-core (") and "efficiency 0.923 ± 0.015" in first[0]
@@ -2303,20 +1853,9 @@ def test_step_names_its_stack_and_the_step_every_other_stack_of_the_platform_pre
 def test_search_gives_the_step_every_other_stack_predicts_for_its_first_layout(capsys):
     """search names its stack and, for its first layout, the step each other stack of the platform
     predicts, as a plan of that layout on that stack gives it."""
-    flags = [
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "8192",
-        "--batch-tokens",
-        "4Mi",
-        "--top",
-        "1",
-    ]
+    flags = (
+        "--model llama3-8b --hardware h100-sxm --gpus 64 --seq 8192 --batch-tokens 4Mi --top 1"
+    ).split()
     assert main(["search", *flags, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     best, others = out["ranked"][0], out["other_stacks_s"]
@@ -2347,8 +1886,7 @@ def test_search_gives_the_step_every_other_stack_predicts_for_its_first_layout(c
     assert head[0].startswith("stack megatron-core (")
     low, high = min(others, key=others.get), max(others, key=others.get)
     assert (
-        head[1]
-        == f"on the other {len(others)} stacks of cuda that run layout #1: "
+        head[1] == f"on the other {len(others)} stacks of cuda that run layout #1: "
         f"{others[low]:.3g} s ({low}) to {others[high]:.3g} s ({high}), "
         f"against {best['step_time_s']:.3g} s here"
     )
@@ -2358,23 +1896,10 @@ def test_codesign_gives_the_step_other_stacks_predict_for_its_first_points_faste
     """codesign's second line sets the first point's fastest layout of the first model on the other
     stacks of the platform; its step here is the sweep's first row's, and one other stack's as a
     plan of that layout on that stack (and that point's HBM) gives it."""
-    flags = [
-        "codesign",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "8192",
-        "--batch-tokens",
-        "4Mi",
-        "--vary",
-        "hbm=80GB,141GB",
-        "--scheduler",
-        "synchronous",
-    ]
+    flags = (
+        "codesign --model llama3-8b --hardware h100-sxm --gpus 64 --seq 8192 --batch-tokens 4Mi"
+        " --vary hbm=80GB,141GB --scheduler synchronous"
+    ).split()
     assert main([*flags, "--json"]) == 0
     first = json.loads(capsys.readouterr().out)["rows"][0]
     assert main(flags) == 0
@@ -2408,21 +1933,10 @@ def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(ca
     """search --tokens: each row's days are its plan's steps for those tokens times its step;
     codesign pins degrees and choices as search does, and its rows are the API's with the same
     pins."""
-    flags = [
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "512",
-        "--seq",
-        "8192",
-        "--batch-tokens",
-        "4Mi",
-        "--top",
-        "2",
-        "--json",
-    ]
+    flags = (
+        "--model llama3-70b --hardware h100-sxm --gpus 512 --seq 8192 --batch-tokens 4Mi --top 2"
+        " --json"
+    ).split()
     assert main(["search", *flags, "--tokens", "15T"]) == 0
     rows = json.loads(capsys.readouterr().out)["ranked"]
     for r in rows:
@@ -2494,19 +2008,9 @@ def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(ca
     "command",
     [
         ["step"],
-        [
-            "search",
-            "--model",
-            "llama3-8b",
-            "--hardware",
-            "h100-sxm",
-            "--gpus",
-            "16",
-            "--seq",
-            "2048",
-            "--global-batch",
-            "64",
-        ],
+        (
+            "search --model llama3-8b --hardware h100-sxm --gpus 16 --seq 2048 --global-batch 64"
+        ).split(),
     ],
 )
 def test_a_closed_standard_error_costs_nothing_on_standard_output(command):
@@ -2526,20 +2030,9 @@ def test_search_reads_every_layout_flag_of_step(capsys):
     """--optimizer, --etp, --pipeline-layout, --dispatcher, --recompute-modules and --grad-dtype are
     read by search as by step (each row counted with them); the flags of one layout alone are
     refused."""
-    base = [
-        "search",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "32",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "128",
-        "--json",
-        "--top",
-        "2",
-    ]
+    base = (
+        "search --hardware h100-sxm --gpus 32 --seq 4096 --global-batch 128 --json --top 2"
+    ).split()
     for extra in (
         ["--model", "llama3-8b", "--optimizer", "muon"],
         ["--model", "qwen3-30b-a3b", "--etp", "1"],

@@ -215,23 +215,10 @@ def test_ctrl_c_on_the_command_line_is_one_line(monkeypatch, capsys):
 
     monkeypatch.setattr(cd, "_run", interrupted)
     code = main(
-        [
-            "codesign",
-            "--model",
-            "llama3-8b",
-            "--hardware",
-            "h100-sxm",
-            "--gpus",
-            "64",
-            "--seq",
-            "4096",
-            "--global-batch",
-            "64",
-            "--vary",
-            "hbm=40GB,80GB",
-            "--scheduler",
-            "synchronous",
-        ]
+        (
+            "codesign --model llama3-8b --hardware h100-sxm --gpus 64 --seq 4096 --global-batch 64"
+            " --vary hbm=40GB,80GB --scheduler synchronous"
+        ).split()
     )
     assert code == 130 and capsys.readouterr().err == "analytic: interrupted\n"
 
@@ -401,23 +388,10 @@ def test_the_command_line_sweeps_and_plots(tmp_path, capsys):
         and png.stat().st_size > 10_000
     )
     code = main(
-        [
-            "codesign",
-            "--model",
-            "llama3-8b",
-            "--hardware",
-            "h100-sxm",
-            "--gpus",
-            "64",
-            "--seq",
-            "4096",
-            "--global-batch",
-            "64",
-            "--vary",
-            "nvlink=1,2",
-            "--scheduler",
-            "synchronous",
-        ]
+        (
+            "codesign --model llama3-8b --hardware h100-sxm --gpus 64 --seq 4096 --global-batch 64"
+            " --vary nvlink=1,2 --scheduler synchronous"
+        ).split()
     )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "'nvlink' is not a hardware field" in err

@@ -305,32 +305,11 @@ def test_preset_names(model_name, hw_name):
 
 
 flags = st.sampled_from(
-    [
-        "--model",
-        "--hardware",
-        "--gpus",
-        "--tp",
-        "--pp",
-        "--dp",
-        "--cp",
-        "--ep",
-        "--zero",
-        "--seq",
-        "--batch-tokens",
-        "--global-batch",
-        "--mfu",
-        "--dtype",
-        "--schedule",
-        "--recompute",
-        "--tpp",
-        "--json",
-        "--set",
-        "--list",
-        "--comm-sms",
-        "--vpp",
-        "--scale-out-bandwidth",
-        "--microbatch-size",
-    ]
+    (
+        "--model --hardware --gpus --tp --pp --dp --cp --ep --zero --seq --batch-tokens"
+        " --global-batch --mfu --dtype --schedule --recompute --tpp --json --set --list --comm-sms"
+        " --vpp --scale-out-bandwidth --microbatch-size"
+    ).split()
 )
 args = st.one_of(
     flags,
@@ -445,7 +424,6 @@ def test_extreme_but_valid_scales_stay_finite_and_ordered():
     n = f("scaling.chinchilla.optimal_params").evaluate(flops="1e30 FLOP")
     assert (
         math.isfinite(n.magnitude)
-        and n.magnitude > f("scaling.chinchilla.optimal_params").evaluate(
-            flops="1e29 FLOP"
-        ).magnitude
+        and n.magnitude
+        > f("scaling.chinchilla.optimal_params").evaluate(flops="1e29 FLOP").magnitude
     )

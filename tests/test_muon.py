@@ -86,56 +86,19 @@ def test_kimi_k2_with_muon_on_the_command_line():
 
     assert (
         main(
-            [
-                "step",
-                "--model",
-                "kimi-k2",
-                "--hardware",
-                "gb300-nvl72",
-                "--gpus",
-                "256",
-                "--pp",
-                "4",
-                "--ep",
-                "64",
-                "--zero",
-                "1",
-                "--recompute",
-                "full",
-                "--seq",
-                "4096",
-                "--global-batch",
-                "1024",
-                "--optimizer",
-                "muon",
-                "--json",
-            ]
+            (
+                "step --model kimi-k2 --hardware gb300-nvl72 --gpus 256 --pp 4 --ep 64 --zero 1"
+                " --recompute full --seq 4096 --global-batch 1024 --optimizer muon --json"
+            ).split()
         )
         == 0
     )
     assert (
         main(
-            [
-                "search",
-                "--model",
-                "kimi-k2",
-                "--hardware",
-                "gb300-nvl72",
-                "--gpus",
-                "256",
-                "--seq",
-                "4096",
-                "--global-batch",
-                "1024",
-                "--pp",
-                "4",
-                "--ep",
-                "64",
-                "--recompute",
-                "full",
-                "--optimizer",
-                "muon",
-            ]
+            (
+                "search --model kimi-k2 --hardware gb300-nvl72 --gpus 256 --seq 4096"
+                " --global-batch 1024 --pp 4 --ep 64 --recompute full --optimizer muon"
+            ).split()
         )
         == 0
     )

@@ -117,26 +117,10 @@ def test_search_and_the_command_line_take_the_formats():
 
     assert (
         main(
-            [
-                "step",
-                "--model",
-                "llama3-70b",
-                "--hardware",
-                "b200",
-                "--gpus",
-                "64",
-                "--tp",
-                "4",
-                "--pp",
-                "2",
-                "--seq",
-                "8192",
-                "--global-batch",
-                "512",
-                "--dtype",
-                "nvfp4",
-                "--json",
-            ]
+            (
+                "step --model llama3-70b --hardware b200 --gpus 64 --tp 4 --pp 2 --seq 8192"
+                " --global-batch 512 --dtype nvfp4 --json"
+            ).split()
         )
         == 0
     )
@@ -217,28 +201,10 @@ def test_the_command_line_takes_the_recipe(capsys):
 
     # the command line's default
     layout = an.Layout(tp=8, pp=4, dp=2, zero=1, sequence_parallel=True)
-    args = [
-        "step",
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-sxm",
-        "--tp",
-        "8",
-        "--pp",
-        "4",
-        "--dp",
-        "2",
-        "--zero",
-        "1",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "512",
-        "--dtype",
-        "fp8",
-        "--json",
-    ]
+    args = (
+        "step --model llama3-70b --hardware h100-sxm --tp 8 --pp 4 --dp 2 --zero 1 --seq 8192"
+        " --global-batch 512 --dtype fp8 --json"
+    ).split()
     steps = {}
     for recipe in ("delayed", "blockwise"):
         assert main([*args, "--fp8-recipe", recipe]) == 0
@@ -296,26 +262,10 @@ def test_search_counts_every_layout_with_the_recipe_and_its_plans_agree(capsys):
 
     assert (
         main(
-            [
-                "search",
-                "--model",
-                "llama3-70b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "64",
-                "--seq",
-                "8192",
-                "--global-batch",
-                "512",
-                "--dtype",
-                "fp8",
-                "--fp8-recipe",
-                "blockwise",
-                "--top",
-                "1",
-                "--json",
-            ]
+            (
+                "search --model llama3-70b --hardware h100-sxm --gpus 64 --seq 8192 --global-batch"
+                " 512 --dtype fp8 --fp8-recipe blockwise --top 1 --json"
+            ).split()
         )
         == 0
     )
@@ -380,46 +330,19 @@ def test_layers_kept_in_bf16_are_a_low_precision_plans():
 
     assert (
         main(
-            [
-                "step",
-                "--model",
-                "llama3-8b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "8",
-                "--seq",
-                "4096",
-                "--global-batch",
-                "64",
-                "--dtype",
-                "fp8",
-                "--bf16-layers",
-                "1,1",
-                "--json",
-            ]
+            (
+                "step --model llama3-8b --hardware h100-sxm --gpus 8 --seq 4096 --global-batch 64"
+                " --dtype fp8 --bf16-layers 1,1 --json"
+            ).split()
         )
         == 0
     )
     assert (
         main(
-            [
-                "step",
-                "--model",
-                "llama3-8b",
-                "--hardware",
-                "h100-sxm",
-                "--gpus",
-                "8",
-                "--seq",
-                "4096",
-                "--global-batch",
-                "64",
-                "--dtype",
-                "fp8",
-                "--bf16-layers",
-                "1",
-            ]
+            (
+                "step --model llama3-8b --hardware h100-sxm --gpus 8 --seq 4096 --global-batch 64"
+                " --dtype fp8 --bf16-layers 1"
+            ).split()
         )
         == 2
     )

@@ -166,25 +166,10 @@ def test_a_pair_whose_dropless_run_is_faster_is_refused(tmp_path):
 def test_the_command_line_and_search_take_the_imbalance(capsys):
     """`analytic step --routing-imbalance dropless` prints the API's step; search counts its layouts
     with it and its rows build their plans with it."""
-    flags = [
-        "--model",
-        "qwen3-235b-a22b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "8",
-        "--ep",
-        "8",
-        "--zero",
-        "1",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "64",
-        "--routing-imbalance",
-        "dropless",
-        "--json",
-    ]
+    flags = (
+        "--model qwen3-235b-a22b --hardware h100-sxm --gpus 8 --ep 8 --zero 1 --seq 4096"
+        " --global-batch 64 --routing-imbalance dropless --json"
+    ).split()
     assert main(["step", *flags]) == 0
     lines = json.loads(capsys.readouterr().out)["lines"]
     assert next(x["value"] for x in lines if x["key"] == "step_time") == pytest.approx(
@@ -240,36 +225,11 @@ def test_a_plan_that_does_not_fit_lists_the_layouts_that_do_at_its_imbalance(cap
     """`analytic step` on a dropless Qwen3-235B-A22B layout that does not fit lists the layouts that
     do as search counts them at the same imbalance (none at EP 1 is slowed), not as balanced routing
     would."""
-    flags = [
-        "--model",
-        "qwen3-235b-a22b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "256",
-        "--tp",
-        "2",
-        "--pp",
-        "8",
-        "--vpp",
-        "4",
-        "--ep",
-        "32",
-        "--etp",
-        "1",
-        "--sp",
-        "--ends-as-layers",
-        "--zero",
-        "1",
-        "--schedule",
-        "interleaved",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "2048",
-        "--routing-imbalance",
-        "dropless",
-    ]
+    flags = (
+        "--model qwen3-235b-a22b --hardware h100-sxm --gpus 256 --tp 2 --pp 8 --vpp 4 --ep 32"
+        " --etp 1 --sp --ends-as-layers --zero 1 --schedule interleaved --seq 4096 --global-batch"
+        " 2048 --routing-imbalance dropless"
+    ).split()
     assert main(["step", *flags, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["fitting_layouts"]
     kw = dict(gpus=256, seq_len=4096, global_batch=2048, top=3)

@@ -296,18 +296,9 @@ def test_cli_counts_with_suffixes_are_exact():
 @pytest.mark.parametrize("command", ["memory", "step", "search"])
 def test_a_reinterpreted_batch_is_noted_in_every_output(command, tmp_path, monkeypatch):
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    argv = [
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "8",
-        "--seq",
-        "8192",
-        "--batch-tokens",
-        "1.5M",
-    ] + (["--tp", "8"] if command != "search" else ["--top", "1"])
+    argv = (
+        "--model llama3-8b --hardware h100-sxm --gpus 8 --seq 8192 --batch-tokens 1.5M"
+    ).split() + (["--tp", "8"] if command != "search" else ["--top", "1"])
     for json_flag in ([], ["--json"]):
         code, out, _ = run(command, *argv, *json_flag)
         assert code == 0
@@ -565,20 +556,10 @@ def test_step_json_gives_the_mfu_exactly():
 
 
 def test_step_and_search_refuse_a_scale_up_domain_that_splits_a_node_alike():
-    flags = [
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "64",
-        "--scale-up-domain",
-        "12",
-    ]
+    flags = (
+        "--model llama3-8b --hardware h100-sxm --gpus 64 --seq 4096 --global-batch 64"
+        " --scale-up-domain 12"
+    ).split()
     errors = {run(command, *flags)[2].strip() for command in ("step", "search")}
     assert errors == {"analytic: scale_up_domain: 12 is not a whole number of nodes of 8 GPUs"}
 
@@ -595,18 +576,7 @@ def test_a_huge_name_is_quoted_short():
 def test_the_documented_offload_share_of_0_and_suffixed_token_counts_are_read():
     """--offload-optimizer 0 is 'none', as documented; --tokens 15.6T is the count the user typed,
     and a mistake in it is quoted as typed."""
-    flags = [
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "8",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "64",
-    ]
+    flags = "--model llama3-8b --hardware h100-sxm --gpus 8 --seq 4096 --global-batch 64".split()
     assert run("step", *flags, "--offload-optimizer", "0")[0] == 0
     assert an.Layout(offload_optimizer="0").offload_optimizer == 0
     code, out, err = run("step", *flags, "--tokens", "15.6T", "--json")
