@@ -30,6 +30,10 @@ POINT = {
 }
 
 
+#: what the symbolic plan leaves free
+FREE = ("tp", "pp", "dp", "cp", "vpp", "zero", "recompute", "schedule")
+
+
 def plans() -> dict:
     h100 = an.hardware("h100-sxm")
     return {
@@ -96,17 +100,7 @@ def plans() -> dict:
         "symbolic": an.Plan(
             an.model("llama3-8b"),
             h100,
-            an.Layout(
-                tp=an.sym("tp"),
-                pp=an.sym("pp"),
-                dp=an.sym("dp"),
-                cp=an.sym("cp"),
-                vpp=an.sym("vpp"),
-                zero=an.sym("zero"),
-                sequence_parallel=True,
-                recompute=an.sym("recompute"),
-                schedule=an.sym("schedule"),
-            ),
+            an.Layout(**{k: an.sym(k) for k in FREE}, sequence_parallel=True),
             seq_len=8192,
             global_batch=1024,
             microbatch_size=an.sym("microbatch_size"),

@@ -857,7 +857,7 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
     """`analytic memory` gives the count times the allocator's reserve, and the range measured peaks
     lay in around such a prediction (calibration.toml [memory]), as Plan.memory_peak and
     Plan.memory_interval do; a plan that fits at the prediction but not at the top of that range
-    says so, and a stack on another allocator gets a note instead of a peak."""
+    says so."""
     fitted = an.presets.memory_reserve("pytorch")
     # every measured peak lay above the count
     assert fitted["low"] < 1 < fitted["high"] and 1 < fitted["reserve"]
@@ -931,6 +931,11 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
     )
     assert main(["memory", *essay, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reserve_measured_on"] == stacks
+
+
+def test_a_stack_on_another_allocator_gets_a_note_instead_of_a_peak(capsys):
+    """MaxText's plans run on XLA's allocator, for which no reserve was fitted: `analytic memory`
+    says so in a note and gives no peak, and Plan.memory_peak refuses."""
     maxtext = (
         "--model llama3-8b --hardware tpu-v6e --dp 8 --seq 8192 --global-batch 8 --stack maxtext"
         " --recompute full"
@@ -952,8 +957,7 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
 def test_memory_verdict_at_the_allocators_limit(capsys):
     """Llama 3's 8,192-GPU layout: its count fits an H100 and its predicted peak does not, which
     `analytic memory` prints as a run at the allocator's limit, by how much, and why it still runs;
-    the source text's layout, whose count is above the HBM, does not fit; MaxText's, without a
-    fitted reserve, fits by its count."""
+    the source text's layout, whose count is above the HBM, does not fit."""
     flags = (
         "--model llama3-405b --hardware h100-sxm --tp 8 --pp 16 --dp 64 --zero 2 --sp --schedule"
         " interleaved --vpp 8 --ends-as-layers --seq 8192 --global-batch 2048"
@@ -1025,6 +1029,10 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
     )
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "does not fit" and not data["fits"]
+
+
+def test_a_plan_without_a_fitted_reserve_fits_by_its_count(capsys):
+    """MaxText's layout on TPU v6e, whose allocator has no fitted reserve, fits by its count."""
     maxtext = (
         "--model llama3-8b --hardware tpu-v6e --dp 8 --seq 8192 --global-batch 8 --stack maxtext"
         " --recompute full --zero 3 --json"
