@@ -176,9 +176,9 @@ def _objective(plan, objective: str) -> Formula:
 def optimise(
     plan, keyword: str, objective: str = "step_time", *, fits: bool = True, limit: int = 1 << 16
 ) -> dict:
-    """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (``choices.OBJECTIVES``): step
-    time, cost in GPU-seconds per token, or MFU; with ``fits`` only among the values that fit at
-    their predicted peak (:meth:`Plan.memory_verdict` "fits"). ``continuous`` is the real-valued
+    """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (``choices.OBJECTIVES``):
+    step time, cost in GPU-seconds per token, or MFU; with ``fits`` only among the values that fit
+    at their predicted peak (:meth:`Plan.memory_verdict` "fits"). ``continuous`` is the real-valued
     optimum (memory not considered), ``value`` the objective at ``best``."""
     from scipy.optimize import minimize_scalar
 
@@ -317,7 +317,8 @@ def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=N
         "first_order": n_first,
         "expression": first,
         "method": (
-            "numerical maximum of n × reliability.daly.goodput at reliability.daly.optimal_interval"
+            "numerical maximum of n × reliability.daly.goodput at"
+            " reliability.daly.optimal_interval"
         ),
     }
 

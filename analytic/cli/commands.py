@@ -368,7 +368,8 @@ def _memory_stages(r: MemoryReport) -> None:
     columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())
     if plan.layout.schedule == "dualpipe":
         print(
-            "\n  under DualPipe the row of stage k is its rank, which also holds stage p −" " 1 − k"
+            "\n  under DualPipe the row of stage k is its rank, which also holds stage p − 1 −"
+            " k"
         )
     print("\n  stage " + "".join(f"{k:>15}" for k in columns) + "   fits")
     for s in stages:

@@ -136,8 +136,8 @@ def _pipeline_args(g) -> None:
         help=(
             "the layers of each model chunk in Megatron-Core's grammar"
             " (--pipeline-model-parallel-layout): E embedding, t layer, m MTP block, L loss, |"
-            " between chunks, (...)*n repeats; e.g. 'Et|(tt|)*30mL' for DeepSeek-V3 on 8 stages × 4"
-            " chunks"
+            " between chunks, (...)*n repeats; e.g. 'Et|(tt|)*30mL' for DeepSeek-V3 on 8 stages ×"
+            " 4 chunks"
         ),
     )
     g.add_argument(

@@ -3,8 +3,8 @@
 :func:`json_text` writes a value that is not a finite number (a step time no link can give) as
 ``null``, which JSON has, never ``NaN``, which it has not. :func:`prepare` readies standard output:
 a closed one ends the command quietly with exit 141 (a closed pipe's code); where its encoding
-(``LANG=C``, Latin-1) cannot take the notation's characters (Ψ, ×, –, ≈, ...), they are written in
-ASCII (Psi, x, -, ~, ...).
+(``LANG=C``, Latin-1) cannot take the notation's characters (Ψ, ×, –, ≈, ...), they are
+written in ASCII (Psi, x, -, ~, ...).
 """
 
 from __future__ import annotations

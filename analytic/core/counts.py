@@ -58,8 +58,8 @@ def suffixed_count(text: str) -> tuple[Fraction, str | None] | None:
 
 
 def binary_reading(number: Fraction, suffix: str | None) -> Fraction | None:
-    """The value of a decimal-suffixed count read with the binary suffix instead ('16M' → 16·2²⁰),
-    or None when the count has no decimal suffix."""
+    """The value of a decimal-suffixed count read with the binary suffix instead ('16M' →
+    16·2²⁰), or None when the count has no decimal suffix."""
     return number * COUNT_SUFFIXES[BINARY_SUFFIX[suffix]] if suffix in BINARY_SUFFIX else None
 
 
@@ -89,8 +89,8 @@ def step_tokens(
 ) -> tuple[int, str]:
     """Tokens per step from ``number`` with a count ``suffix`` (or None), ``written`` so by the
     user, and a note: a decimal count ('16M', '16e6', 16_000_000: a whole multiple of a thousand, a
-    million, ...) that is not whole sequences of ``seq_len`` while its binary reading is (16·2²⁰ at
-    8,192 tokens) is read as binary, and the note says so. The one rule of
+    million, ...) that is not whole sequences of ``seq_len`` while its binary reading is (16·2²⁰
+    at 8,192 tokens) is read as binary, and the note says so. The one rule of
     :func:`analytic.core.values.batch_tokens`."""
     tokens = number * COUNT_SUFFIXES.get(suffix, 1)
     note = ""

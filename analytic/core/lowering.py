@@ -165,7 +165,8 @@ class _Builder:
 
 
 def input_names(exprs) -> dict:
-    """symbol → keyword for the free symbols of ``exprs``, sorted by keyword: a program's inputs."""
+    """symbol → keyword for the free symbols of ``exprs``, sorted by keyword: a program's
+    inputs."""
     from .symbols import keyword_of
 
     return dict(sorted(((s, keyword_of(s)) for s in free_symbols(exprs)), key=lambda kv: kv[1]))

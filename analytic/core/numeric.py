@@ -3,8 +3,8 @@
 A :class:`Program` is the inputs, the constants and a list of steps, each a whitelisted operation on
 earlier registers (:mod:`analytic.core.lowering` builds one from sympy expressions). It is plain
 JSON (:meth:`Program.to_json`); :meth:`Program.from_json` validates every field — operation names,
-arities, that each step reads only earlier registers, finite constants, bounded sizes — so a program
-read from disk can at worst give wrong numbers of the right shape, never run anything.
+arities, that each step reads only earlier registers, finite constants, bounded sizes — so a
+program read from disk can at worst give wrong numbers of the right shape, never run anything.
 
 :meth:`Program.scalar` runs it on Python floats (one plan), calling :data:`SCALAR`'s kernels;
 calling the Program runs it on numpy arrays (many layouts). This module imports no sympy.

@@ -42,7 +42,8 @@ class _Builder:
         self.const_at: dict = {}
         self.steps: list[tuple[str, tuple]] = []
         self.memo: dict = {}
-        self.flat: dict = {}  # a sum or product → its flattened operands (see _operands, _factors)
+        # a sum or product → its flattened operands (see _operands, _factors)
+        self.flat: dict = {}
 
     def pruned(self, refs) -> Program:
         """The Program of the outputs ``refs``: the steps, constants and inputs they need, in

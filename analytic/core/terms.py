@@ -319,9 +319,10 @@ def _gcd(a, b):
 
 # --- numbers -----------------------------------------------------------------------------------
 def value(x, env: dict, memo: dict | None = None):
-    """A term at numbers: ``env`` maps keyword → int, Fraction or Decimal. An int or Fraction where
-    the operations keep it exact, a Decimal (:data:`CONTEXT`) after a root, exponential, logarithm
-    or fractional power, NaN where there is no finite real value; a bool for a condition."""
+    """A term at numbers: ``env`` maps keyword → int, Fraction or Decimal. An int or Fraction
+    where the operations keep it exact, a Decimal (:data:`CONTEXT`) after a root, exponential,
+    logarithm or fractional power, NaN where there is no finite real value; a bool for a
+    condition."""
     if not isinstance(x, Term):
         return x
     memo = {} if memo is None else memo

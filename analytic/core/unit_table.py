@@ -69,9 +69,9 @@ _NAME = re.compile(r"[A-Za-z_µμ°][A-Za-z_µμ]*|%")
 
 def plain(text: str, one_name: bool = False) -> bool:
     """Whether ``text`` is a unit as the library reads one from a user or its cache: names joined by
-    ``*``, ``/`` or ``·``, each with at most a power of one digit (``**`` or ``^``, maybe negative),
-    opened by ``/`` or ``1/`` for a unit per another ("/hour"); ``one_name``: one name and its
-    power."""
+    ``*``, ``/`` or ``·``, each with at most a power of one digit (``**`` or ``^``, maybe
+    negative), opened by ``/`` or ``1/`` for a unit per another ("/hour"); ``one_name``: one name
+    and its power."""
     try:
         tokens = _tokens(text)
     except UnitError:

@@ -39,8 +39,8 @@ from .units import DIMENSIONLESS, Quantity, Unit, data, is_quantity
 HUGE = 1e300
 #: smallest non-zero magnitude accepted, in the symbol's unit (float64 subnormals start at 2.2e-308)
 TINY = 1e-300
-#: domain name → what it admits (a symbol's domain is one of these names, or ("choice", options): an
-#: index)
+#: domain name → what it admits (a symbol's domain is one of these names, or ("choice", options):
+#: an index)
 DOMAINS = {
     "count": "an integer ≥ 1",
     "count0": "an integer ≥ 0",

@@ -204,9 +204,9 @@ def source_weights(cases: list[Case]) -> np.ndarray:
 
 def identifiability(cases: list[Case]) -> list[dict]:
     """For each fitted constant: its value, its standard error (from the Jacobian J of the weighted
-    log residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as they are,
-    before the robust loss) and the cases that determine it: each case's share J²ᵢⱼ/Σᵢ J²ᵢⱼ of the
-    constant's information, largest first."""
+    log residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as
+    they are, before the robust loss) and the cases that determine it: each case's share
+    J²ᵢⱼ/Σᵢ J²ᵢⱼ of the constant's information, largest first."""
     _, names, res = _fit(cases)
     jac, r = res.jac, res.fun
     dof = max(len(r) - len(names), 1)
@@ -289,8 +289,8 @@ def time_ratio(case: Case, prediction: float) -> float:
 
 
 def step_error(case: Case, prediction: float) -> float:
-    """The one convention for every case's error: (predicted − measured)/measured step time, from a
-    prediction of ``case``'s metric whatever quantity its source printed (positive: too slow)."""
+    """The one convention for every case's error: (predicted − measured)/measured step time, from
+    a prediction of ``case``'s metric whatever quantity its source printed (positive: too slow)."""
     return 1 / time_ratio(case, prediction) - 1
 
 

@@ -91,9 +91,9 @@ def solved(pair: dict) -> float:
 
 def summary(folder: Path) -> dict | None:
     """The imbalance of dropless routing fitted on ``folder``'s pairs, by model (each model's
-    routing its own), or None without pairs: ``models`` (name → the mean of its pairs, its standard
-    error where it has several, the least and largest pair and how many) and ``pairs`` (id → its
-    own)."""
+    routing its own), or None without pairs: ``models`` (name → the mean of its pairs, its
+    standard error where it has several, the least and largest pair and how many) and ``pairs`` (id
+    → its own)."""
     found = pairs(folder)
     if not found:
         return None
@@ -113,9 +113,9 @@ def summary(folder: Path) -> dict | None:
 
 
 def leave_one_out(folder: Path, across: bool = False) -> dict[str, float]:
-    """id → the error of each pair's dropless throughput, (predicted − measured)/measured, predicted
-    with the mean imbalance of the other pairs of its model (models of one pair left out), or with
-    ``across``, with the mean of the other models' imbalances."""
+    """id → the error of each pair's dropless throughput, (predicted − measured)/measured,
+    predicted with the mean imbalance of the other pairs of its model (models of one pair left out),
+    or with ``across``, with the mean of the other models' imbalances."""
     found = pairs(folder)
     each = {p["id"]: solved(p) for p in found}
     out = {}

@@ -216,7 +216,8 @@ define(
 _ring_volume = {k: subs(v, n, _N) for k, v in _volume.items() if k != "all_to_all"}
 _ring_steps = {k: subs(v, n, _N) for k, v in _steps.items() if k != "all_to_all"}
 _split = {k: ((g - 1) / g * v, v / g) for k, v in _ring_volume.items()}
-# pairwise all-to-all: S/N to each of the g − 1 ranks of its node and to each of the N − g others
+# pairwise all-to-all: S/N to each of the g − 1 ranks of its node and to each of the N − g
+# others
 _split["all_to_all"] = ((g - 1) / _N * Sz, (nn - 1) / nn * Sz)
 _ring_steps["all_to_all"] = _N - 1
 for _name, (_up, _out) in _split.items():
@@ -225,8 +226,8 @@ for _name, (_up, _out) in _split.items():
             _MULTI[0],
             (
                 "pairwise exchange: a rank sends S/N to every other rank, g − 1 of them in its"
-                " node; in N − 1 steps of a latency each, the sends of a step to peers in the node"
-                " over the scale-up link and to peers elsewhere through the rank's NIC"
+                " node; in N − 1 steps of a latency each, the sends of a step to peers in the"
+                " node over the scale-up link and to peers elsewhere through the rank's NIC"
             ),
             _MULTI[2],
         )

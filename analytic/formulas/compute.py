@@ -75,10 +75,11 @@ define(
     "FLOP/token",
     "derived: derivations/time_wall.py",
     (
-        "Q and O projections h×(a·d_h), K and V projections h×(a_kv·d_h), 2 FLOPs per multiply-add",
+        "Q and O projections h×(a·d_h), K and V projections h×(a_kv·d_h), 2 FLOPs per"
+        " multiply-add",
         (
-            "QK^T and attention over V: 2·2·a·d_h·s per token, attention counted in full (no causal"
-            " halving)"
+            "QK^T and attention over V: 2·2·a·d_h·s per token, attention counted in full (no"
+            " causal halving)"
         ),
     ),
     "forward FLOPs per token of one attention block",
@@ -153,7 +154,8 @@ define(
             "the QKᵀ product FlashAttention's backward recomputes from Q, K and the saved softmax"
             " statistics"
         ),
-        "five matmuls in the backward against the forward's two: 2.5 × the core's forward, not 2 ×",
+        "five matmuls in the backward against the forward's two: 2.5 × the core's forward, not 2"
+        " ×",
         "attention counted in full",
     ),
     "FLOPs per token of one layer that a FlashAttention backward adds by recomputing QKᵀ",
@@ -168,7 +170,8 @@ define(
         "QKᵀ over d_h + d_r dimensions per head (decoupled RoPE key), recomputed in the backward",
         "attention counted in full",
     ),
-    "FLOPs per token of one MLA layer that a FlashAttention-style backward adds by recomputing QKᵀ",
+    "FLOPs per token of one MLA layer that a FlashAttention-style backward adds by recomputing"
+    " QKᵀ",
     coefficient_unit="FLOP",
 )
 define(
@@ -263,8 +266,8 @@ define(
     f"{MCORE}, transformer_flops and hybrid_flops",
     (
         (
-            "3 × 2 FLOPs per multiply-add of every GEMM weight a token passes through: N counts the"
-            " attention projections, the MLP's or the k routed and the shared experts' matrices"
+            "3 × 2 FLOPs per multiply-add of every GEMM weight a token passes through: N counts"
+            " the attention projections, the MLP's or the k routed and the shared experts' matrices"
             " (the router not), the output layer once per head and the MTP projections, not the"
             " embedding lookup, norms or biases"
         ),
@@ -299,9 +302,9 @@ define(
     f"{MCORE}, mamba_layer_flops",
     (
         (
-            "three passes of the forward's input projection h×(2·d_in + 2G·N + H), scan 7·d_in·N"
-            " and output projection d_in×h, with d_in = 2h as the count takes it (not the mixer's"
-            " H·P)"
+            "three passes of the forward's input projection h×(2·d_in + 2G·N + H), scan"
+            " 7·d_in·N and output projection d_in×h, with d_in = 2h as the count takes it (not"
+            " the mixer's H·P)"
         ),
     ),
     "FLOPs per token of one Mamba-2 layer, Megatron-Core's convention",

@@ -114,8 +114,8 @@ define(
         "Ψ: parameters of the pipeline stage on this GPU",
         (
             "ZeRO-3 (FSDP2) under a pipeline schedule with MixedPrecisionPolicy(param_dtype=bf16,"
-            " reduce_dtype=fp32): the stage's 16-bit parameters (2Ψ) and fp32 accumulated gradients"
-            " (4Ψ) held until the last backward"
+            " reduce_dtype=fp32): the stage's 16-bit parameters (2Ψ) and fp32 accumulated"
+            " gradients (4Ψ) held until the last backward"
         ),
     ),
     "ZeRO-3's stage held unsharded through a pipelined step, gradients accumulated in fp32",
@@ -164,10 +164,11 @@ define(
 MUON = (
     "Jordan 2024, Muon: an optimizer for hidden layers in neural networks"
     " (kellerjordan.github.io/posts/muon: one momentum buffer, its update orthogonalised by 5"
-    " Newton-Schulz steps); Liu et al. 2025, Muon is Scalable for LLM Training, arXiv 2502.16982 §2"
-    " (fp32 master weights; AdamW for the embedding and the output layer); NVIDIA 2026, Advancing"
-    " emerging optimizers for accelerated LLM training with NVIDIA Megatron (Megatron-Core's"
-    " layer-wise distributed optimizer: each data-parallel rank updates whole matrices)"
+    " Newton-Schulz steps); Liu et al. 2025, Muon is Scalable for LLM Training, arXiv 2502.16982"
+    " §2 (fp32 master weights; AdamW for the embedding and the output layer); NVIDIA 2026,"
+    " Advancing emerging optimizers for accelerated LLM training with NVIDIA Megatron"
+    " (Megatron-Core's layer-wise distributed optimizer: each data-parallel rank updates whole"
+    " matrices)"
 )
 define(
     "memory.model_states.optimizer_muon",
@@ -245,8 +246,8 @@ define(
     2 * (1 + Fraction(1, 4096)) * Psi,
     "byte",
     "as memory.fp8_weight_cache; DeepSeek-V3 Technical Report, arXiv 2412.19437 §3.3.2 (weights"
-    " scaled per 128×128 block, FP32 scales); NVIDIA Transformer Engine docs, FP8 Blockwise Scaling"
-    " (Float8BlockScaling)",
+    " scaled per 128×128 block, FP32 scales); NVIDIA Transformer Engine docs, FP8 Blockwise"
+    " Scaling (Float8BlockScaling)",
     (
         "Ψ: the parameters of this GPU's Transformer Engine linears, as memory.fp8_weight_cache",
         (
@@ -564,9 +565,9 @@ for sp, split, where in (
             "16-bit activations; SwiGLU experts, split by TP like a dense MLP (expert TP = TP)",
             (
                 "saved: the norm's input and output (the router's and shared experts' input), each"
-                " token's k routed copies (the experts' input, 2k·h, whole on every TP rank: tokens"
-                " are gathered over TP before the experts), the gate and up projections and the"
-                " probability-weighted product of its k routed and E_s shared experts (6(k +"
+                " token's k routed copies (the experts' input, 2k·h, whole on every TP rank:"
+                " tokens are gathered over TP before the experts), the gate and up projections and"
+                " the probability-weighted product of its k routed and E_s shared experts (6(k +"
                 " E_s)·h_e)"
             ),
             "as many tokens on each expert-parallel rank as it sends (balanced routing)",
@@ -758,9 +759,9 @@ define(
         (
             t >= 2,
             (
-                "sequence parallelism splits over tp ≥ 2 ranks: with one, nothing is all-gathered,"
-                " and the 1-byte copies would count as fewer bytes than the 16-bit split they"
-                " replace"
+                "sequence parallelism splits over tp ≥ 2 ranks: with one, nothing is"
+                " all-gathered, and the 1-byte copies would count as fewer bytes than the 16-bit"
+                " split they replace"
             ),
         ),
     ),
@@ -788,8 +789,9 @@ define(
     (
         (
             "the attention's output is saved by the kernel in (b·s, a, d_h) order and rearranged"
-            " into a contiguous (s, b, a·d_h) copy, which the output projection saves too; with one"
-            " sequence a microbatch the rearranged tensor is already contiguous and no copy is made"
+            " into a contiguous (s, b, a·d_h) copy, which the output projection saves too; with"
+            " one sequence a microbatch the rearranged tensor is already contiguous and no copy is"
+            " made"
         ),
     ),
     "bytes of a layer's second copy of the attention output on a stack that makes one",
@@ -866,9 +868,9 @@ define(
     (
         "Llama block of 7 matmuls in the order wq, wk, wv, wo, w1, w3, w2: wq, wv, w1 and w2 saved",
         (
-            "saved: the block input (2sbh), Q (2sb·a·d_h), V (2sb·a_kv·d_h), the attention output"
-            " and its fp32 log-sum-exp (2sb·a·d_h + 4sb·a), w1's output (2sb·h_ff), w2's output"
-            " before TP's reduction (2sbh)"
+            "saved: the block input (2sbh), Q (2sb·a·d_h), V (2sb·a_kv·d_h), the attention"
+            " output and its fp32 log-sum-exp (2sb·a·d_h + 4sb·a), w1's output (2sb·h_ff), w2's"
+            " output before TP's reduction (2sbh)"
         ),
         "norms, K, the attention output projection, w3 and the SwiGLU product recomputed",
         "tensor parallelism without SP: the block input replicated, the rest split by t",

@@ -80,7 +80,8 @@ define(
     " §4.2",
     (
         "query down-projection h×r_q with RMSNorm, up-projection r_q×a(d_h+d_r)",
-        "KV down-projection h×(r_kv+d_r) with RMSNorm, up-projection r_kv×a·2d_h (keys and values)",
+        "KV down-projection h×(r_kv+d_r) with RMSNorm, up-projection r_kv×a·2d_h (keys and"
+        " values)",
         "output a·d_h×h; value head dimension = d_h",
     ),
     "weights of one multi-head latent attention block",
@@ -222,8 +223,8 @@ define(
         "two RMSNorms (hidden state and embedding)",
         "embedding and output head shared with the main model",
         (
-            "the released weights also keep an h-vector norm before the shared head; eqs. (21)–(23)"
-            " have none"
+            "the released weights also keep an h-vector norm before the shared head; eqs."
+            " (21)–(23) have none"
         ),
     ),
     "parameters of one MTP module besides its transformer block",

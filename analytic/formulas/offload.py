@@ -100,10 +100,10 @@ define(
     (
         "ZeRO-1 and 2 under ZeRO-Offload; ZeRO-3 allocates no such buffer",
         (
-            "the largest parameter is the embedding (or output layer), V·h/t elements on a TP rank,"
-            " or an MLP matrix, f·h/t; a SwiGLU's gate and up projections are two tensors (Hugging"
-            " Face's); fused into one of 2f·h (Megatron-DeepSpeed's) it is larger only where 2f >"
-            " V, in no preset"
+            "the largest parameter is the embedding (or output layer), V·h/t elements on a TP"
+            " rank, or an MLP matrix, f·h/t; a SwiGLU's gate and up projections are two tensors"
+            " (Hugging Face's); fused into one of 2f·h (Megatron-DeepSpeed's) it is larger only"
+            " where 2f > V, in no preset"
         ),
         "2 bytes: the model's bf16 or fp16",
     ),

@@ -282,8 +282,9 @@ define(
     BLOCKWISE,
     (
         (
-            "forward: the M×K input read in 16 bits (2 bytes) and written twice in FP8, rowwise and"
-            " columnwise, each element 1 byte and its 128-element tile's FP32 scale 4/128 of a byte"
+            "forward: the M×K input read in 16 bits (2 bytes) and written twice in FP8, rowwise"
+            " and columnwise, each element 1 byte and its 128-element tile's FP32 scale 4/128 of a"
+            " byte"
         ),
         "backward: the M×N output gradient likewise",
         "weights cast once a step (not counted)",
@@ -433,9 +434,9 @@ define(
     coefficient_unit="byte/parameter",
 )
 MUON = (
-    "Jordan 2024, Muon (kellerjordan.github.io/posts/muon): M ← μM + G; X ← M/‖M‖, then 5 steps of"
-    " X ← aX + (bA + cA²)X with A = XXᵀ on the m×n matrix (m ≤ n, transposed where taller); Liu et"
-    f" al. 2025, arXiv 2502.16982 §2; {DERIVED}"
+    "Jordan 2024, Muon (kellerjordan.github.io/posts/muon): M ← μM + G; X ← M/‖M‖, then 5"
+    " steps of X ← aX + (bA + cA²)X with A = XXᵀ on the m×n matrix (m ≤ n, transposed"
+    f" where taller); Liu et al. 2025, arXiv 2502.16982 §2; {DERIVED}"
 )
 define(
     "compute.optimizer.bytes_per_param_muon",
@@ -457,8 +458,8 @@ define(
     5 * (4 * M**2 * N + 2 * M**3),
     "FLOP",
     MUON,
-    "an m×n matrix, m ≤ n (M_g = m, N_g = n): each of the 5 steps forms A = XXᵀ (2m²n), A² (2m³)"
-    " and (bA + cA²)X (2m²n); the scalings and sums not counted",
+    "an m×n matrix, m ≤ n (M_g = m, N_g = n): each of the 5 steps forms A = XXᵀ (2m²n), A²"
+    " (2m³) and (bA + cA²)X (2m²n); the scalings and sums not counted",
     "FLOPs of Muon's Newton-Schulz orthogonalisation of one m×n update",
     coefficient_unit="FLOP",
 )
@@ -539,8 +540,8 @@ define(
     "compute.attention.causal_share",
     Fraction(1, 2),
     "",
-    "Dao 2023, FlashAttention-2, arXiv 2307.08691 §3.1.1 (causal masking skips the blocks above the"
-    " diagonal)",
+    "Dao 2023, FlashAttention-2, arXiv 2307.08691 §3.1.1 (causal masking skips the blocks above"
+    " the diagonal)",
     ("long sequences: the diagonal blocks' share is neglected",),
     "share of the full score matrix a causal fused kernel computes",
 )
@@ -550,8 +551,8 @@ define(
     "",
     "Beltagy et al. 2020, Longformer, arXiv 2004.05150 §3.1 (a sliding window of w keys: O(n·w));"
     " Jiang et al. 2023, Mistral 7B, arXiv 2310.06825 §2 (each token attends to at most W tokens);"
-    " derived: the band of width W below the diagonal of the s × s score matrix covers Ws − W²/2 of"
-    " its s² entries",
+    " derived: the band of width W below the diagonal of the s × s score matrix covers Ws −"
+    " W²/2 of its s² entries",
     (
         (
             "W ≤ s (a window as long as the sequence is the causal share, 1/2); the diagonal"

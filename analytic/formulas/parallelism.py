@@ -50,8 +50,8 @@ define(
     "parallelism.tp.allreduces_recomputed_per_layer",
     2,
     "",
-    f"{SHOEYBI} (the forward's two all-reduces); Korthikanti et al. 2022, arXiv 2205.05198 §5 (full"
-    " recomputation runs each layer's forward again in the backward)",
+    f"{SHOEYBI} (the forward's two all-reduces); Korthikanti et al. 2022, arXiv 2205.05198 §5"
+    " (full recomputation runs each layer's forward again in the backward)",
     (
         (
             "full recomputation: the recomputed forward's two all-reduces (or, with sequence"
@@ -157,8 +157,8 @@ define(
     " derivations/context_parallel.py",
     (
         (
-            "a block of c tokens costs 4·d·c² FLOPs of attention and sends 4·c·d bytes of K and V"
-            " (16-bit)"
+            "a block of c tokens costs 4·d·c² FLOPs of attention and sends 4·c·d bytes of K"
+            " and V (16-bit)"
         ),
         "communication hides behind compute when c ≥ F/B",
     ),

@@ -146,8 +146,8 @@ define(
     2 * (p - k - 1) + (v - 1) * p + 1,
     "",
     "NVIDIA/Megatron-LM megatron/core/pipeline_parallel/schedules.py, get_num_warmup_microbatches"
-    " for the interleaved schedule ((p − k − 1)·2 + (v − 1)·p warm-up chunks) plus the one in its"
-    " steady state; Korthikanti et al. 2022 eq. (5) at k = 0",
+    " for the interleaved schedule ((p − k − 1)·2 + (v − 1)·p warm-up chunks) plus the one"
+    " in its steady state; Korthikanti et al. 2022 eq. (5) at k = 0",
     (
         (
             "model chunks (of L/(p·v) layers each) whose activations stage k holds at its peak (at"
@@ -166,11 +166,11 @@ define(
     ),
     "",
     "derived from Megatron-LM's interleaved order (megatron/core/pipeline_parallel/schedules.py):"
-    " the first stage's warm-up of (p − 1)·2 + (v − 1)·p chunks and the one in its steady state run"
-    " chunk 0 on p microbatches, each later chunk on p, then chunk 0 again on up to p − 1 more (at"
-    " most m·v in all); the last stage's last chunk holds one microbatch at its peak only where m ="
-    " p (later a full chunk's microbatch takes its place); analytic.reference.pipeline_sim counts"
-    " both",
+    " the first stage's warm-up of (p − 1)·2 + (v − 1)·p chunks and the one in its steady"
+    " state run chunk 0 on p microbatches, each later chunk on p, then chunk 0 again on up to p −"
+    " 1 more (at most m·v in all); the last stage's last chunk holds one microbatch at its peak"
+    " only where m = p (later a full chunk's microbatch takes its place);"
+    " analytic.reference.pipeline_sim counts both",
     (
         (
             "stage k's first chunk (k = 0) or last chunk (k = p − 1) holds a layer fewer than the"
@@ -224,8 +224,8 @@ define(
     + " (Parameter: 2×)",
     (
         (
-            "rank k runs stage k of one direction and stage p − 1 − k of the other, so the first"
-            " and the last rank both hold the embedding and the output layer"
+            "rank k runs stage k of one direction and stage p − 1 − k of the other, so the"
+            " first and the last rank both hold the embedding and the output layer"
         ),
     ),
     "the second stage whose parameters the rank of stage k holds under DualPipe",
@@ -235,8 +235,8 @@ define(
     "pipeline.imbalance_time",
     (m - 1) / m * (S("slowest_stage_time") - S("stage_time")),
     "s",
-    f"{NARAYANAN} §2.2.1 (1F1B's (m + p − 1) slots, equal stages); derived: derivations/pipeline.py"
-    " (1F1B with stage times t_i takes (m − 1)·max t_i + Σ t_i)",
+    f"{NARAYANAN} §2.2.1 (1F1B's (m + p − 1) slots, equal stages); derived:"
+    " derivations/pipeline.py (1F1B with stage times t_i takes (m − 1)·max t_i + Σ t_i)",
     (
         (
             "T_max and T: the slowest stage's and the average stage's compute for the step's m"
@@ -244,8 +244,8 @@ define(
         ),
         (
             "the schedule's bubble is that of the average stage; the slowest stage sets the pace of"
-            " the other m − 1 microbatches: exact for GPipe and 1F1B where the slowest stage is the"
-            " last (the output layer's), above the simulated step by at most one microbatch's"
+            " the other m − 1 microbatches: exact for GPipe and 1F1B where the slowest stage is"
+            " the last (the output layer's), above the simulated step by at most one microbatch's"
             " excess where it is a middle one; interleaved and zero-bubble schedules take up to one"
             " microbatch's excess more (analytic.reference.pipeline_sim)"
         ),

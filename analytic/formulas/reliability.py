@@ -52,8 +52,8 @@ FIRST_ORDER_GOOD = (
     (
         sqrt(2 * delta / M) + R / M <= Fraction(1, 10),
         (
-            "the first-order waste √(2δ/M) + R/M exceeds 10%, where the first-order model departs"
-            " from the exact one: use reliability.daly.goodput and"
+            "the first-order waste √(2δ/M) + R/M exceeds 10%, where the first-order model"
+            " departs from the exact one: use reliability.daly.goodput and"
             " reliability.daly.optimal_interval"
         ),
     ),
@@ -66,8 +66,8 @@ define(
     f"{YOUNG} (first-order waste at the optimal interval); derived: derivations/failures.py",
     (
         (
-            "checkpoint overhead δ/τ plus expected rework τ/(2M) at τ = √(2δM), plus restart R per"
-            " interruption"
+            "checkpoint overhead δ/τ plus expected rework τ/(2M) at τ = √(2δM), plus restart"
+            " R per interruption"
         ),
     ),
     "fraction of wall-clock time lost to checkpoints, rework and restarts",
@@ -106,16 +106,20 @@ define(
     "reliability.straggler_slowdown",
     1 + sigma * sqrt(2 * log(n)),
     "",
-    "expected maximum of n normal variables ≈ μ + σ√(2 ln n); derived: derivations/failures.py",
-    ("per-accelerator step times independent and normal with relative spread σ", "asymptotic in n"),
+    "expected maximum of n normal variables ≈ μ + σ√(2 ln n); derived:"
+    " derivations/failures.py",
+    (
+        "per-accelerator step times independent and normal with relative spread σ",
+        "asymptotic in n",
+    ),
     "synchronous step time over the mean step time",
 )
 define(
     "reliability.daly.goodput",
     tau / (M * exp(R / M) * (exp((tau + delta) / M) - 1)),
     "",
-    f"{DALY} (the complete cost function: wall time M·e^(R/M)·(e^((τ+δ)/M) − 1) per τ of work); "
-    "derived: derivations/failures.py",
+    f"{DALY} (the complete cost function: wall time M·e^(R/M)·(e^((τ+δ)/M) − 1) per τ of"
+    " work); derived: derivations/failures.py",
     (
         (
             "interruptions a Poisson process of mean interval M, during work, checkpoints and"
@@ -140,7 +144,8 @@ define(
     "s",
     f"{DALY} (perturbation solution of the optimum; τ = M once δ ≥ 2M)",
     ("exponential failures; restart time R does not move the optimum",),
-    "checkpoint interval that minimises the expected wall time (higher order than Young's √(2δM))",
+    "checkpoint interval that minimises the expected wall time (higher order than Young's"
+    " √(2δM))",
 )
 define(
     "reliability.async_restart_time",
@@ -150,13 +155,13 @@ define(
     " the checkpoint before it)",
     (
         (
-            "asynchronous checkpoints: training stalls δ, the copy becomes durable δ_w later while"
-            " work goes on"
+            "asynchronous checkpoints: training stalls δ, the copy becomes durable δ_w later"
+            " while work goes on"
         ),
         (
-            "first order in δ_w/τ: a failure lands in the window with probability δ_w/(τ + δ) and"
-            " then redoes one segment more, τ + δ, so each failure loses δ_w more on average, as a"
-            " longer restart would"
+            "first order in δ_w/τ: a failure lands in the window with probability δ_w/(τ + δ)"
+            " and then redoes one segment more, τ + δ, so each failure loses δ_w more on"
+            " average, as a longer restart would"
         ),
     ),
     "restart time that, in Daly's model, counts what asynchronous checkpoints lose",

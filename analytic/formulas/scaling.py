@@ -12,7 +12,8 @@ HOFFMANN = "Hoffmann et al. 2022, Chinchilla, arXiv 2203.15556 App. D.2"
 E_, A_, B_ = Fraction("1.69"), Fraction("406.4"), Fraction("410.7")
 ALPHA, BETA = Fraction("0.34"), Fraction("0.28")
 FIT = (
-    "parametric fit L = E + A/N^α + B/D^β with E = 1.69, A = 406.4, B = 410.7, α = 0.34, β = 0.28",
+    "parametric fit L = E + A/N^α + B/D^β with E = 1.69, A = 406.4, B = 410.7, α = 0.34, β ="
+    " 0.28",
     "C = 6ND",
 )
 G = evalf(power(ALPHA * A_ / (BETA * B_), 1 / (ALPHA + BETA)), 15)  # (αA/βB)^(1/(α+β))

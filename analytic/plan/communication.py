@@ -33,8 +33,8 @@ def _ranks_per_domain(size, fit):
 
 
 def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> Formula:
-    """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride_`` apart in
-    the rank order, on the link its placement implies."""
+    """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride_`` apart
+    in the rank order, on the link its placement implies."""
     g = inp.values["scale_up_domain"]
 
     def at(bw_key, ranks):
@@ -211,9 +211,9 @@ def _tensor_parallel(inp: Inputs) -> dict:
 
 
 def pipeline_parallel(inp: Inputs) -> dict:
-    """PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward and
-    one gradient backward, split over the TP ranks (scatter/gather, Narayanan et al. §4.1); per GPU
-    parallelism.pp.transfers_per_gpu of them, each a two-rank broadcast."""
+    """PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward
+    and one gradient backward, split over the TP ranks (scatter/gather, Narayanan et al. §4.1); per
+    GPU parallelism.pp.transfers_per_gpu of them, each a two-rank broadcast."""
     return _beyond_one(inp.deg.pp, lambda: _pipeline_parallel(inp))
 
 
@@ -319,10 +319,10 @@ def expert_parallel(inp: Inputs) -> dict:
     """EP: dispatch and combine forward, and again backward, per MoE layer per microbatch; dispatch
     in the compute dtype (FP8 for FP8 training), combine in 16 bits. With node-limited routing one
     copy per destination node crosses the scale-out link and NVLink forwards it to the experts
-    inside the node (DeepSeek-V3 §3.2.2). With expert tensor parallelism (etp > 1) the routed tokens
-    are gathered over the etp ranks after the dispatch and reduce-scattered before the combine,
-    forward and backward. The all-gather dispatcher instead gathers every token of the etp·ep ranks
-    at once and reduce-scatters the outputs back (:func:`_allgather_dispatch`)."""
+    inside the node (DeepSeek-V3 §3.2.2). With expert tensor parallelism (etp > 1) the routed
+    tokens are gathered over the etp ranks after the dispatch and reduce-scattered before the
+    combine, forward and backward. The all-gather dispatcher instead gathers every token of the
+    etp·ep ranks at once and reduce-scatters the outputs back (:func:`_allgather_dispatch`)."""
     if not inp.model.is_moe:
         return _none()
     lay = inp.deg

@@ -110,8 +110,8 @@ class Plan:
     low-precision plan keeps in BF16. ``expert_capacity=c``: an MoE plan's experts padded to c times
     their balanced share of tokens (``pad_to_capacity=False``: the tokens beyond it dropped instead,
     the busiest rank's share capped at it). ``routing_imbalance``: an MoE plan's busiest
-    expert-parallel rank's routed tokens over that share (a number ≥ 1; "balanced", 1, the default;
-    "dropless", the model's value fitted on its runs).
+    expert-parallel rank's routed tokens over that share (a number ≥ 1; "balanced", 1, the
+    default; "dropless", the model's value fitted on its runs).
     """
 
     def __init__(

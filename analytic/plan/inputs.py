@@ -535,16 +535,16 @@ class Inputs:
 
     @cached_property
     def values(self) -> dict:
-        """keyword → every input of the plan (:attr:`given`): exact numbers for a numeric plan, else
-        exact sympy numbers and expressions."""
+        """keyword → every input of the plan (:attr:`given`): exact numbers for a numeric plan,
+        else exact sympy numbers and expressions."""
         if self.numeric or self.on_terms:
             return self.given
         return {k: v if is_sympy(v) else exact(v) for k, v in self.given.items()}
 
     @cached_property
     def given(self) -> dict:
-        """keyword → every input of the plan: an int or Fraction, or a sympy expression where it is
-        one."""
+        """keyword → every input of the plan: an int or Fraction, or a sympy expression where it
+        is one."""
         lay = self.layout
         out = dict(self.model.counts())
         out.update({k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")})

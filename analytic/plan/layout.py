@@ -34,11 +34,11 @@ def _open(value, keyword: str) -> bool:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the accelerators are split. GPUs = tp·cp·pp·dp. The expert layers fold their own expert
-    tensor (``etp``, by default ``tp``), expert (``ep``) and expert data parallel degrees over
-    tp·cp·dp, as Megatron-Core's MoE parallel folding does: etp·ep divides tp·cp·dp, so EP may
-    exceed DP. CP ranks hold the same weights, so gradients are reduced and ZeRO shards over dp·cp
-    ranks.
+    """How the accelerators are split. GPUs = tp·cp·pp·dp. The expert layers fold their own
+    expert tensor (``etp``, by default ``tp``), expert (``ep``) and expert data parallel degrees
+    over tp·cp·dp, as Megatron-Core's MoE parallel folding does: etp·ep divides tp·cp·dp, so EP
+    may exceed DP. CP ranks hold the same weights, so gradients are reduced and ZeRO shards over
+    dp·cp ranks.
 
     Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
     recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective, 2
@@ -51,8 +51,8 @@ class Layout:
     (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021, which gathers again in a recomputed forward).
 
     ``first_stage_layers`` and ``last_stage_layers`` split the layers unevenly, as Megatron-LM's
-    ``--decoder-first/last-pipeline-num-layers`` and Llama 3 (§3.3.2) do: the stages not given share
-    the rest evenly (under interleaving, evenly over each stage's chunks too, as Megatron-Core
+    ``--decoder-first/last-pipeline-num-layers`` and Llama 3 (§3.3.2) do: the stages not given
+    share the rest evenly (under interleaving, evenly over each stage's chunks too, as Megatron-Core
     requires). By default every stage holds L/p layers; the first also the embedding, the last the
     output layer and the loss.
 
@@ -206,14 +206,16 @@ class Layout:
             chunks = is_number(self.vpp) and self.vpp > 1
             if chunks and is_number(self.pp) and self.pp < 2:
                 raise LayoutError(
-                    f"vpp: {self.vpp} model chunks a stage need pipeline stages (pp ≥ 2), got pp ="
-                    f" {self.pp}"
+                    f"vpp: {self.vpp} model chunks a stage need pipeline stages (pp ≥ 2), got pp"
+                    f" = {self.pp}"
                 )
             object.__setattr__(self, "schedule", "interleaved" if chunks else "1f1b")
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
-            raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
+            raise LayoutError(
+                "vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage"
+            )
         if self.schedule == "interleaved" and is_number(self.pp) and self.pp < 2:
             raise LayoutError(f"pp: the interleaved schedule needs pp ≥ 2 stages, got {self.pp}")
         if (
@@ -251,8 +253,8 @@ class Layout:
         if all(is_number(x) for x in sizes) and (self.tp * self.cp * self.dp) % (etp * self.ep):
             raise LayoutError(
                 f"ep: etp × ep = {etp} × {self.ep} does not divide tp × cp × dp = {self.tp} ×"
-                f" {self.cp} × {self.dp} (the expert layers fold their ETP × EP × EDP over TP × CP"
-                " × DP)"
+                f" {self.cp} × {self.dp} (the expert layers fold their ETP × EP × EDP over TP ×"
+                " CP × DP)"
             )
 
     def _read_pipeline_layout(self) -> None:

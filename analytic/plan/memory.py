@@ -1,5 +1,5 @@
-"""Stage 3a of a plan: memory per GPU on each pipeline stage — model states by ZeRO stage, ZeRO-3's
-unsharded copies, the activations the stage holds at its peak — and the worst stage."""
+"""Stage 3a of a plan: memory per GPU on each pipeline stage — model states by ZeRO stage,
+ZeRO-3's unsharded copies, the activations the stage holds at its peak — and the worst stage."""
 
 from __future__ import annotations
 

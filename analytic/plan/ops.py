@@ -58,11 +58,11 @@ class _Ops:
         return self.inp.values["peak_flops_16" if sixteen else "peak_flops"] * self.share
 
     def gemm(self, g, m, n, k, low: bool, again=None, backward: bool = True) -> Formula:
-        """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs (or the forward
-        alone), in the low-precision recipe's format where ``low`` (and the plan has one), else in
-        16 bits; the forward again under full recomputation (or when ``again`` is 1). A layer's GEMM
-        of a plan that keeps its first and last layers in BF16 runs in 16 bits on their share of the
-        layers (the stages averaged, as the layers' kinds are)."""
+        """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs (or the
+        forward alone), in the low-precision recipe's format where ``low`` (and the plan has one),
+        else in 16 bits; the forward again under full recomputation (or when ``again`` is 1). A
+        layer's GEMM of a plan that keeps its first and last layers in BF16 runs in 16 bits on their
+        share of the layers (the stages averaged, as the layers' kinds are)."""
         kept = self.inp.kept_16
         if low and self.inp.low_precision and kept != 0:
             low_time, sixteen = self._gemm(g, m, n, k, True, again, backward), self._gemm(
@@ -141,8 +141,8 @@ def _sum(parts: list) -> Formula:
 
 def _moe_gemms(o: _Ops, fc1: int) -> Formula:
     """Seconds of one MoE FFN's GEMMs: the router (replicated over TP), LatentMoE's projections, the
-    routed experts as one grouped GEMM of tokens·k·E_p·etp/(t·E) rows per local expert, each split
-    over the etp ranks, in the experts' width, and the shared experts."""
+    routed experts as one grouped GEMM of tokens·k·E_p·etp/(t·E) rows per local expert, each
+    split over the etp ranks, in the experts' width, and the shared experts."""
     m, lay, M, fp8 = o.inp.model, o.inp.deg, o.tokens, o.inp.low_precision
     h, h_e, E, etp, t = m.hidden, m.expert_ffn_hidden, m.experts, lay.etp, lay.tp
     w = m.moe_latent or h

@@ -131,7 +131,8 @@ class Bundle:
                    tuple(map(tuple, keys)), conditions)
 
 
-_BUNDLES: dict = {}  # structure → Bundle (None: the structure cannot be modelled), for this process
+# structure → Bundle (None: the structure cannot be modelled), for this process
+_BUNDLES: dict = {}
 
 
 def bundle(inp: Inputs, lower=None) -> Bundle | None:

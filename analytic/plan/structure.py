@@ -52,8 +52,8 @@ SEARCH_OUTPUTS = ("memory.total", "step_time", "flops")
 
 
 def structural_inputs(inp: Inputs) -> dict:
-    """The inputs whose presence shapes the expressions: keyword → whether the plan has it (the GEMM
-    tile and SM count, which quantise GEMMs only together; the attention kernel's efficiency; a
+    """The inputs whose presence shapes the expressions: keyword → whether the plan has it (the
+    GEMM tile and SM count, which quantise GEMMs only together; the attention kernel's efficiency; a
     given checkpoint time; the 16-bit peak and GEMM ceiling of a low-precision plan; the links of a
     fully connected scale-up domain)."""
     given = inp.given

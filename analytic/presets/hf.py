@@ -311,8 +311,8 @@ def _deepseek(cfg):
     nope, v = _need(cfg, "qk_nope_head_dim"), _need(cfg, "v_head_dim")
     if nope != v:
         raise InputError(
-            f"config: qk_nope_head_dim {nope} ≠ v_head_dim {v}: MLA is counted with equal key and "
-            "value head dimensions"
+            f"config: qk_nope_head_dim {nope} ≠ v_head_dim {v}: MLA is counted with equal key and"
+            " value head dimensions"
         )
     if _count(cfg, "moe_layer_freq", 1) != 1:
         raise InputError(

@@ -346,8 +346,8 @@ class Model:
 
     @property
     def attention_suffix(self) -> str:
-        """Suffix of the catalogue's attention FLOP formulas for this attention: ``.mla`` (QKᵀ over
-        d_h + d_r) or none."""
+        """Suffix of the catalogue's attention FLOP formulas for this attention: ``.mla`` (QKᵀ
+        over d_h + d_r) or none."""
         return ".mla" if self.attention == "mla" else ""
 
     @property

@@ -17,8 +17,8 @@ CONSTANTS = ("matmul_efficiency", "memory_efficiency", "attention_efficiency", "
 
 
 def read_profile(profile, hardware: str = "") -> dict:
-    """Plan keyword → value from a profile file (a path) or its parsed table (a dict); refused where
-    the profile names the preset it was measured on and that is not ``hardware`` (a preset's
+    """Plan keyword → value from a profile file (a path) or its parsed table (a dict); refused
+    where the profile names the preset it was measured on and that is not ``hardware`` (a preset's
     key)."""
     from ..core.formula import magnitude
 

@@ -164,8 +164,8 @@ def measure(backend: str, ranks: int, sizes: list[int], reps: int = 5) -> dict:
 
 
 def profile_overrides(path) -> dict:
-    """Plan keyword overrides from a written profile: the all-reduce fit's α and bandwidth (used for
-    the scale-up link, with link efficiency 1 since the bandwidth is measured)."""
+    """Plan keyword overrides from a written profile: the all-reduce fit's α and bandwidth (used
+    for the scale-up link, with link efficiency 1 since the bandwidth is measured)."""
     import tomllib
 
     from ..core.errors import PresetError
@@ -236,7 +236,8 @@ def main(args) -> int:
             f" to {sizes[-1]:,} bytes; fit on every other size, error on the rest"
         )
         print(
-            f"{'collective':<16} {'α (µs)':>10} {'B (GB/s)':>10} {'R²':>8} {'held-out error':>15}"
+            f"{'collective':<16} {'α (µs)':>10} {'B (GB/s)':>10} {'R²':>8}"
+            f" {'held-out error':>15}"
         )
         for name, r in result.items():
             print(

@@ -2,12 +2,12 @@
 
 ``torch.matmul`` is timed over a grid of shapes and a copy kernel over large buffers. The
 catalogue's GEMM time, ``compute.gemm.math_time`` + ``compute.gemm.memory_time``, is linear in
-1/(F·η) and 1/(B_hbm·η_hbm) for known shapes (wave quantisation from the device's SM count and the
-generation's tile on CUDA; none on a CPU), so non-negative least squares fits the achieved FLOP/s of
-a large GEMM and the bandwidth its operands stream at. Every fourth shape is held out and predicted.
-The copy kernel gives the achievable HBM bandwidth (``compute.memory_bound.time``). Given the
-device's peak and HBM bandwidth (``--hardware`` or ``--peak-flops`` and ``--hbm-bandwidth``) the fit
-is a profile: ``matmul_efficiency`` and ``memory_efficiency`` that ``Plan(..., profile=FILE)``
+1/(F·η) and 1/(B_hbm·η_hbm) for known shapes (wave quantisation from the device's SM count and
+the generation's tile on CUDA; none on a CPU), so non-negative least squares fits the achieved
+FLOP/s of a large GEMM and the bandwidth its operands stream at. Every fourth shape is held out and
+predicted. The copy kernel gives the achievable HBM bandwidth (``compute.memory_bound.time``). Given
+the device's peak and HBM bandwidth (``--hardware`` or ``--peak-flops`` and ``--hbm-bandwidth``) the
+fit is a profile: ``matmul_efficiency`` and ``memory_efficiency`` that ``Plan(..., profile=FILE)``
 reads.
 """
 

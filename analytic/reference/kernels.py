@@ -111,8 +111,8 @@ class SwiGLUFn(torch.autograd.Function):
 class FlashCoreFn(torch.autograd.Function):
     """softmax(QKᵀ·scale + mask)·V as FlashAttention computes it, without the tiling (Dao et al.
     2022, arXiv 2205.14135 Algorithms 2 and 4): the forward saves Q, K, V, the output and the fp32
-    log-sum-exp of each row; the backward recomputes S = QKᵀ and P from them, then dV = PᵀdO, dP =
-    dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q: five matmuls against the forward's two."""
+    log-sum-exp of each row; the backward recomputes S = QKᵀ and P from them, then dV = PᵀdO, dP
+    = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q: five matmuls against the forward's two."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale):

@@ -366,8 +366,8 @@ def main(argv=None) -> int:
     print(
         f"a tiny Llama ({TINY['layers']} blocks, hidden {TINY['hidden']}, vocabulary {vocab}) under"
         f" FSDP2 on {where} in TorchTitan's units of {a.wrapping}: {count}"
-        f" microbatch{'es' if count > 1 else ''} of {size} × {seq} tokens, recompute {a.recompute},"
-        f" stack {a.stack}"
+        f" microbatch{'es' if count > 1 else ''} of {size} × {seq} tokens, recompute"
+        f" {a.recompute}, stack {a.stack}"
     )
     for what, ours, measured in rows:
         if measured is None:

@@ -104,8 +104,9 @@ class Attention(nn.Module):
 
 
 class MLAttention(nn.Module):
-    """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1): queries and keys/values go through
-    low-rank latents with RMSNorm; a decoupled RoPE key of d_r dimensions is shared by the heads."""
+    """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1): queries and keys/values go
+    through low-rank latents with RMSNorm; a decoupled RoPE key of d_r dimensions is shared by the
+    heads."""
 
     def __init__(self, m: Model, dtype, attention: str = "flash"):
         super().__init__()
@@ -209,9 +210,9 @@ class Block(nn.Module):
 
 
 class MTPModule(nn.Module):
-    """One multi-token prediction module (DeepSeek-V3 §2.2 eqs. 21–23): RMSNorm the previous depth's
-    hidden state and the embedding of the token k ahead, project [h; e] (2h → h), run one block of
-    the last layer's kind; the caller applies the shared output head."""
+    """One multi-token prediction module (DeepSeek-V3 §2.2 eqs. 21–23): RMSNorm the previous
+    depth's hidden state and the embedding of the token k ahead, project [h; e] (2h → h), run one
+    block of the last layer's kind; the caller applies the shared output head."""
 
     def __init__(self, m: Model, dtype, attention: str):
         super().__init__()

@@ -322,8 +322,9 @@ def _timed(model, hardware_points, *job) -> tuple:
 
 def _on_cluster(models, indexed, job, client, workers: int) -> list:
     """Each model's results on the cluster, in point order: the first k points of each model a task
-    each (k·models ≥ workers: every worker busy), timed where they ran; the first of them to finish
-    sizes the tasks of the other points, which are sent at once, while the rest of the first run."""
+    each (k·models ≥ workers: every worker busy), timed where they ran; the first of them to
+    finish sizes the tasks of the other points, which are sent at once, while the rest of the first
+    run."""
     from distributed import as_completed
 
     k = min(len(indexed), -(-workers // len(models)))

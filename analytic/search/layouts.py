@@ -327,10 +327,10 @@ def enumerate_layouts(
     KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and
     tp·cp consecutive ranks tile the scale-up domains (plan.tiles); the sequence is a multiple of
     plan.sequence_unit (CP's two chunks a rank, SP's split of them over TP); ``pins`` (axis →
-    degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤ layers; EP divides
-    cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts; microbatches
-    per replica ≥ 1 and a multiple of pp for the interleaved schedule, even for DualPipe (with pp
-    even); with pp = 1 only 1F1B is listed."""
+    degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤ layers; EP
+    divides cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts;
+    microbatches per replica ≥ 1 and a multiple of pp for the interleaved schedule, even for
+    DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
@@ -377,8 +377,8 @@ def enumerate_layouts(
 
 
 def _expert_degrees(model: Model, tp: int, cp: int, dp: int, etp, free) -> list[int]:
-    """The EP degrees of one (tp, cp, dp): the expert layers fold ETP × EP over TP × CP × DP (their
-    ETP tp, or the one given), and EP divides the experts."""
+    """The EP degrees of one (tp, cp, dp): the expert layers fold ETP × EP over TP × CP × DP
+    (their ETP tp, or the one given), and EP divides the experts."""
     fold = cp * dp if etp is None else (tp * cp * dp // etp if (tp * cp * dp) % etp == 0 else 0)
     if not model.is_moe:
         return [1]
@@ -805,8 +805,8 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     chunks_ = len(chunks(text)) if text is not None else pins["pp"]
     if chunks_ % pins["pp"]:
         raise InputError(
-            f"pipeline_layout: its {chunks_} chunks are pp × vpp; pin pp to a divisor of {chunks_} "
-            f"(got {pins['pp']})"
+            f"pipeline_layout: its {chunks_} chunks are pp × vpp; pin pp to a divisor of {chunks_}"
+            f" (got {pins['pp']})"
         )
     vpp = chunks_ // pins["pp"]
     schedules = tuple(

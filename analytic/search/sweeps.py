@@ -24,8 +24,8 @@ def _counts(name: str, values) -> list[int]:
 
 
 def frame_with_units(columns: dict, units: dict, **attrs):
-    """A DataFrame of ``columns`` (name → values), each with a unit named (``name [unit]``; "" for a
-    number without one), the units also in ``attrs["units"]``."""
+    """A DataFrame of ``columns`` (name → values), each with a unit named (``name [unit]``; "" for
+    a number without one), the units also in ``attrs["units"]``."""
     import pandas as pd
 
     frame = pd.DataFrame(
