@@ -8,6 +8,19 @@ import analytic as an
 from analytic.cli.main import main
 from analytic.core.values import batch_tokens
 
+#: Llama 3 405B's layout on 8,192 H100s (Llama 3 §3.3.2, Table 4): TP 8, PP 16 interleaved over 8
+#: chunks, DP 64 with ZeRO-2, the ends counted as layers
+LLAMA3_8192 = an.Layout(
+    tp=8,
+    pp=16,
+    dp=64,
+    zero=2,
+    sequence_parallel=True,
+    schedule="interleaved",
+    vpp=8,
+    ends_as_layers=True,
+)
+
 
 def run(capsys, *argv):
     code = main(list(argv))
@@ -965,16 +978,7 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
     plan = an.Plan(
         an.model("llama3-405b"),
         an.hardware("h100-sxm"),
-        an.Layout(
-            tp=8,
-            pp=16,
-            dp=64,
-            zero=2,
-            sequence_parallel=True,
-            schedule="interleaved",
-            vpp=8,
-            ends_as_layers=True,
-        ),
+        LLAMA3_8192,
         seq_len=8192,
         global_batch=2048,
     )
@@ -1525,16 +1529,7 @@ def test_the_default_story_says_why_the_texts_figures_differ_and_how_the_run_ran
     plan = an.Plan(
         an.model("llama3-405b"),
         an.hardware("h100-sxm"),
-        an.Layout(
-            tp=8,
-            pp=16,
-            dp=64,
-            zero=2,
-            sequence_parallel=True,
-            schedule="interleaved",
-            vpp=8,
-            ends_as_layers=True,
-        ),
+        LLAMA3_8192,
         seq_len=8192,
         global_batch=2048,
         stack="llama3-meta",
