@@ -274,7 +274,8 @@ OVERRIDES = (
 @given(st.dictionaries(st.sampled_from(OVERRIDES), values, max_size=3))
 def test_plan_overrides(overrides):
     """Any override is either in its domain (and the plan's numbers stay finite, its MFU at most 1)
-    or refused."""
+    or refused. An MFU reads 0 only where the step is so long that GPUs × peak × step leaves
+    float64's range (an efficiency of 2.6e-300 makes the step 1.8e299 s)."""
     try:
         plan = an.Plan(
             an.model("llama3-8b"),
@@ -289,7 +290,8 @@ def test_plan_overrides(overrides):
         goodput = plan.expr("goodput").value()
     except AnalyticError:
         return
-    assert finite(step) and step.magnitude > 0 and finite(mem.total) and 0 < mfu <= 1
+    assert finite(step) and step.magnitude > 0 and finite(mem.total) and mfu <= 1
+    assert 0 < mfu or (mfu == 0 and step.magnitude > 1e250)
     assert 0 <= goodput.magnitude <= 1
 
 
