@@ -9,7 +9,13 @@ import sympy
 from . import symbols as _symbols
 from .errors import UnitError
 from .functions import value_at_max
+from .operations import OPERATIONS
 from .units import DIMENSIONLESS, DimensionalityError, Quantity, Unit, strip_counts
+
+#: sympy's one-argument functions → the unit of their value (operations.OPERATIONS)
+_FUNCTION_UNITS = {
+    getattr(sympy, op.sympy): op.units for op in OPERATIONS.values() if op.units is not None
+}
 
 
 def units_of(expr) -> Quantity:
@@ -49,9 +55,10 @@ def units_of(expr) -> Quantity:
         for u in units[1:]:
             u.to(units[0].units)
         return units[0]
-    if isinstance(expr, (sympy.ceiling, sympy.floor, sympy.Abs)):
+    rule = _FUNCTION_UNITS.get(type(expr))
+    if rule == "operand":
         return units_of(expr.args[0])
-    if isinstance(expr, (sympy.log, sympy.exp)):
+    if rule == "dimensionless":
         inner = units_of(expr.args[0])
         if not inner.dimensionless:
             raise _incompatible(inner.units, f" (argument of {expr.func})")

@@ -18,6 +18,7 @@ import sympy
 
 from .algebra import Max, Min
 from .errors import FreeSymbolError, InputError
+from .operations import OPERATIONS
 from .symbols import REGISTRY, sym
 from .values import exact
 
@@ -40,13 +41,10 @@ _BINARY = {
     ast.Pow: operator.pow,
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+#: the functions an expression's text may call, by their sympy names (operations.OPERATIONS)
 _SYMPY_FUNCTIONS = {
-    "Max": sympy.Max,
-    "Min": sympy.Min,
-    "sqrt": sympy.sqrt,
-    "log": sympy.log,
-    "ceiling": sympy.ceiling,
-    "floor": sympy.floor,
+    OPERATIONS[k].sympy: getattr(sympy, OPERATIONS[k].sympy)
+    for k in ("max", "min", "sqrt", "log", "ceiling", "floor")
 }
 
 

@@ -13,22 +13,13 @@ import sympy
 from .errors import InputError
 from .functions import common_divisor, value_at_max
 from .numeric import Program
+from .operations import OPERATIONS
 
-_RELATIONS = {
-    sympy.StrictLessThan: "lt",
-    sympy.LessThan: "le",
-    sympy.StrictGreaterThan: "gt",
-    sympy.GreaterThan: "ge",
-    sympy.Equality: "eq",
-    sympy.Unequality: "ne",
-}
-_FUNCTIONS = {
-    sympy.log: "log",
-    sympy.exp: "exp",
-    sympy.Abs: "abs",
-    sympy.floor: "floor",
-    sympy.ceiling: "ceiling",
-}
+#: sympy's relations and one-argument functions → the program's operation (operations.OPERATIONS)
+_RELATIONS, _FUNCTIONS = (
+    {getattr(sympy, OPERATIONS[name].sympy): name for name in names}
+    for names in (("lt", "le", "gt", "ge", "eq", "ne"), ("log", "exp", "abs", "floor", "ceiling"))
+)
 
 
 def program(exprs, inputs) -> Program:

@@ -7,12 +7,12 @@ arities, that each step reads only earlier registers, finite constants, bounded 
 program read from disk can at worst give wrong numbers of the right shape, never run anything.
 
 :meth:`Program.scalar` runs it on Python floats (one plan), calling :data:`SCALAR`'s kernels;
-calling the Program runs it on numpy arrays (many layouts). This module imports no sympy.
+calling the Program runs it on numpy arrays (many layouts); both read the operations' one table,
+:data:`analytic.core.operations.OPERATIONS`. This module imports no sympy.
 """
 
 from __future__ import annotations
 
-import builtins
 import functools
 import math
 import operator
@@ -20,14 +20,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from .errors import InputError
-
-#: operation → arity (None for two or more)
-ARITY = {
-    **dict.fromkeys(("add", "mul", "max", "min", "and", "or")),
-    **dict.fromkeys(("recip", "sqrt", "log", "exp", "abs", "floor", "ceiling", "not"), 1),
-    **dict.fromkeys(("pow", "div", "mod", "gcd", "lt", "le", "gt", "ge", "eq", "ne"), 2),
-    "where": 3,
-}
+from .operations import ARITY, OPERATIONS
 
 
 @functools.cache
@@ -36,113 +29,11 @@ def numpy_ops() -> dict:
     plan's numbers run on Python floats, :meth:`Program.scalar`, and import none)."""
     import numpy as np
 
-    fns = {
-        "add": np.add,
-        "mul": np.multiply,
-        "max": np.maximum,
-        "min": np.minimum,
-        "and": np.logical_and,
-        "or": np.logical_or,
-        "recip": lambda x: np.divide(1.0, x),
-        "sqrt": np.sqrt,
-        "log": np.log,
-        "exp": np.exp,
-        "abs": np.abs,
-        "floor": np.floor,
-        "ceiling": np.ceil,
-        "not": np.logical_not,
-        "pow": np.float_power,
-        "div": np.divide,
-        "mod": np.mod,
-        "gcd": (
-            lambda a, b: np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(
-                np.float64
-            )
-        ),
-        "lt": np.less,
-        "le": np.less_equal,
-        "gt": np.greater,
-        "ge": np.greater_equal,
-        "eq": np.equal,
-        "ne": np.not_equal,
-        "where": np.where,
-    }
-    return {k: (fns[k], arity) for k, arity in ARITY.items()}
+    return {name: (op.numpy(np), op.arity) for name, op in OPERATIONS.items()}
 
 
 #: largest program read back (steps, constants, inputs)
 MAX_STEPS = 1 << 16
-
-
-# --- kernels on Python floats: numpy's semantics at the edges (inf, nan, division by zero) ---
-
-
-def _recip(x):
-    if x:
-        return 1.0 / x
-    return math.copysign(math.inf, x)
-
-
-def _sqrt(x):
-    return math.sqrt(x) if x >= 0 else math.nan
-
-
-def _log(x):
-    return math.log(x) if x > 0 else -math.inf if x == 0 else math.nan
-
-
-def _exp(x):
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
-
-
-def _rounded(fn):
-    def apply(x):
-        return float(fn(x)) if math.isfinite(x) else x
-
-    return apply
-
-
-def _div(a, b):
-    """a / b as numpy divides (±inf or NaN by zero)."""
-    if b:
-        return a / b
-    return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
-
-
-def _pow(a, b):
-    try:
-        r = a**b
-    except (ZeroDivisionError, OverflowError):
-        # ±inf: negative only for a negative base to an odd power
-        odd = math.isfinite(b) and b == int(b) and int(b) % 2 == 1
-        return math.copysign(math.inf, a) if odd else math.inf
-    return math.nan if isinstance(r, complex) else r
-
-
-def _mod(a, b):
-    try:
-        return a % b
-    except ZeroDivisionError:
-        return math.nan
-
-
-def _gcd(a, b):
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return math.nan
-    return float(math.gcd(round(a), round(b)))
-
-
-def _extreme(pick):
-    def apply(args):
-        for v in args:
-            if v != v:
-                return math.nan  # NaN propagates, as numpy's maximum and minimum do
-        return pick(args)
-
-    return apply
 
 
 def _spread(fn):
@@ -152,40 +43,11 @@ def _spread(fn):
     return apply
 
 
-#: the n-ary operations on a tuple of Python floats (add and mul left to right, as a + b + c)
-_ON_TUPLE = {
-    "add": functools.partial(functools.reduce, operator.add),
-    "mul": functools.partial(functools.reduce, operator.mul),
-    "max": _extreme(builtins.max),
-    "min": _extreme(builtins.min),
-    "and": all,
-    "or": any,
-}
-
-
-#: operation → its kernel on Python floats
+#: operation → its kernel on Python floats, each operand an argument
 SCALAR = SimpleNamespace(
     **{
-        **{op: _spread(fn) for op, fn in _ON_TUPLE.items()},
-        "not": operator.not_,
-        "recip": _recip,
-        "sqrt": _sqrt,
-        "log": _log,
-        "exp": _exp,
-        "abs": abs,
-        "floor": _rounded(math.floor),
-        "ceiling": _rounded(math.ceil),
-        "pow": _pow,
-        "div": _div,
-        "mod": _mod,
-        "gcd": _gcd,
-        "lt": operator.lt,
-        "le": operator.le,
-        "gt": operator.gt,
-        "ge": operator.ge,
-        "eq": operator.eq,
-        "ne": operator.ne,
-        "where": lambda c, a, b: a if c else b,
+        name: _spread(op.scalar) if op.arity is None else op.scalar
+        for name, op in OPERATIONS.items()
     }
 )
 #: two-argument forms of the n-ary operations: a step of two arguments calls one directly
@@ -213,9 +75,7 @@ class Program:
 
         ops = numpy_ops()
         # float64, as sympy's numbers
-        regs = [np.asarray(a, dtype=np.float64) for a in args] + list(
-            self.constants
-        )
+        regs = [np.asarray(a, dtype=np.float64) for a in args] + list(self.constants)
         last = self._last_use
         base = len(regs)
         for i, (op, refs) in enumerate(self.steps):
@@ -244,8 +104,8 @@ class Program:
             kernel = getattr(SCALAR, op)
             if len(refs) == 1:
                 steps.append((kernel, operator.itemgetter(refs[0]), False))
-            elif op in _ON_TUPLE and (len(refs) > 2 or op not in _SCALAR_PAIRS):
-                steps.append((_ON_TUPLE[op], operator.itemgetter(*refs), False))
+            elif ARITY[op] is None and (len(refs) > 2 or op not in _SCALAR_PAIRS):
+                steps.append((OPERATIONS[op].scalar, operator.itemgetter(*refs), False))
             else:
                 steps.append((_SCALAR_PAIRS.get(op, kernel), operator.itemgetter(*refs), True))
         return tuple(steps)

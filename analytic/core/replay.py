@@ -3,6 +3,7 @@ data, without sympy; a formula's, a plan's or a template's sympy view is made he
 
 from __future__ import annotations
 
+from .operations import OPERATIONS
 from .terms import _BINARY, Term
 
 
@@ -21,11 +22,9 @@ def sympy_op(op: str, decide: bool = False):
     if op == "value_at_max":
         from .functions import value_at_max
         return lambda *a: value_at_max(*a).doit(deep=False)
-    return {"max": lazy(sympy.Max), "min": lazy(sympy.Min), "eq": sympy.Eq, "gt": sympy.Gt,
-            "ge": sympy.Ge, "le": sympy.Le, "and": sympy.And, "or": sympy.Or, "not": sympy.Not,
-            "mod": sympy.Mod,
-            "ceiling": sympy.ceiling, "floor": sympy.floor, "sqrt": sympy.sqrt, "exp": sympy.exp,
-            "log": sympy.log}[op]
+    if op in ("max", "min"):
+        return lazy(getattr(sympy, OPERATIONS[op].sympy))
+    return getattr(sympy, OPERATIONS[op].sympy)
 
 
 def to_sympy(x, memo: dict | None = None):

@@ -18,6 +18,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from .errors import InputError
+from .operations import CONDITIONS
 
 
 class NotReal(InputError):
@@ -41,8 +42,6 @@ _BINARY = {
 _INTERNED: dict = {}  # (op, args, their types) → term
 _MAX_INTERNED = 1 << 17  # terms kept at most: tens of structures' templates, some tens of MB
 
-#: the operators whose term is a condition
-_CONDITIONS = frozenset({"lt", "le", "gt", "ge", "eq", "and", "or", "not"})
 
 
 class Term:
@@ -131,7 +130,7 @@ class Term:
     def __bool__(self):
         """True for an expression (a sympy expression's truth, which plans of symbols read as
         "given"); a condition in symbols has none."""
-        if self.op in _CONDITIONS:
+        if self.op in CONDITIONS:
             raise TypeError("a condition in symbols has no truth value")
         return True
 
