@@ -50,10 +50,7 @@ def qwen3_torchtitan(i: int):
 
 def presets_each_time(i: int):
     return an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        LAYOUTS[i % 4],
-        seq_len=4096,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), LAYOUTS[i % 4], seq_len=4096,
         global_batch=256,
     )
 
@@ -153,13 +150,7 @@ def _wheel_install() -> tuple[str, list | None, str, tuple | None]:
         ROOT,
         tmp / "src",
         ignore=shutil.ignore_patterns(
-            ".git",
-            "build",
-            "dist",
-            "*.egg-info",
-            "__pycache__",
-            ".hypothesis",
-            ".pytest_cache",
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache",
             ".ruff_cache",
         ),
     )

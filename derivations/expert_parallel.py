@@ -12,14 +12,8 @@ def derive() -> Derivation:
         "How many bytes does an MoE layer move, and why limit each token to M nodes?",
     )
     D, k, h, e, M, Bup, Bout, n = S(
-        "tokens",
-        "topk",
-        "hidden",
-        "element_bytes",
-        "nodes_per_token",
-        "scale_up_bandwidth",
-        "scale_out_bandwidth",
-        "ranks",
+        "tokens", "topk", "hidden", "element_bytes", "nodes_per_token", "scale_up_bandwidth",
+        "scale_out_bandwidth", "ranks",
     )
     disp = d.check(
         D * k * h * e,

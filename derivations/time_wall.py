@@ -35,16 +35,8 @@ def _flops_per_token(d: Derivation):
     d.check((fwd + bwd) / (m_ * n_) * S("params") * S("tokens"), "compute.training_flops")
 
     h, a, a_kv, d_h, h_ff, s, V, L, b, B = S(
-        "hidden",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "ffn_hidden",
-        "seq_len",
-        "vocab",
-        "layers",
-        "microbatch_size",
-        "global_batch",
+        "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "seq_len", "vocab", "layers",
+        "microbatch_size", "global_batch",
     )
     proj = d.step(
         "Attention projections per token: Q and O are h×(a·d_h), K and V are h×(a_kv·d_h) (GQA)",
@@ -88,16 +80,8 @@ def _flops_per_token(d: Derivation):
 def _flash_and_moe(d: Derivation):
     """FlashAttention's backward recomputation, and an MoE layer's FLOPs."""
     h, a, a_kv, d_h, h_ff, s, V, L, b, B = S(
-        "hidden",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "ffn_hidden",
-        "seq_len",
-        "vocab",
-        "layers",
-        "microbatch_size",
-        "global_batch",
+        "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "seq_len", "vocab", "layers",
+        "microbatch_size", "global_batch",
     )
     r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
     w_qk, w_v = sympy.symbols("w_qk w_v", positive=True)
@@ -140,16 +124,8 @@ def _flash_and_moe(d: Derivation):
 def _six_nd(d: Derivation, proj, scores):
     """The exact count of a GPT against 6ND, and PaLM's count."""
     h, a, a_kv, d_h, h_ff, s, V, L, b, B = S(
-        "hidden",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "ffn_hidden",
-        "seq_len",
-        "vocab",
-        "layers",
-        "microbatch_size",
-        "global_batch",
+        "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "seq_len", "vocab", "layers",
+        "microbatch_size", "global_batch",
     )
     gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h}
     per_token = 3 * (L * (proj + scores + 2 * 2 * h * h_ff) + 2 * h * V)

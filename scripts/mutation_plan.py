@@ -113,9 +113,7 @@ def run_tests(root: Path, module: str = "", tests: list[str] = TESTS) -> str:
     """ "killed", "survived" or "timeout" for the checkout at ``root`` (``tests``: the test files
     run)."""
     env = dict(
-        os.environ,
-        PYTHONPATH=str(root),
-        ANALYTIC_CACHE=str(root / ".cache"),
+        os.environ, PYTHONPATH=str(root), ANALYTIC_CACHE=str(root / ".cache"),
         HYPOTHESIS_PROFILE="default",
     )
     try:

@@ -91,24 +91,16 @@ def test_multinode_all_reduce_runs_at_the_slower_of_the_nodes_nics_and_nvlink():
     """8 nodes of 8 H100s (450 GB/s NVLink, 8 × 50 GB/s NICs), no latency: the bus bandwidth
     2(N−1)/N·S/t is the node's NICs together, 400 GB/s, not one NIC's 50 or a sum of phases."""
     t = an.formula("collectives.multinode.all_reduce.time").evaluate(
-        message="1 GiB",
-        gpus_per_node=8,
-        nodes=8,
-        scale_up_bandwidth="450 GB/s",
-        scale_out_bandwidth="50 GB/s",
-        latency="0 s",
+        message="1 GiB", gpus_per_node=8, nodes=8, scale_up_bandwidth="450 GB/s",
+        scale_out_bandwidth="50 GB/s", latency="0 s",
     )
     busbw = 2 * 63 / 64 * 2**30 / t.to("s").magnitude
     assert busbw == pytest.approx(min(450e9, 8 * 50e9), rel=0.10)
     assert busbw == pytest.approx(400e9, rel=1e-12)  # NIC-bound: 8·50 < 8·450/7
     # NVLink-bound when the NICs are fast: 8·450/7 GB/s
     t = an.formula("collectives.multinode.all_reduce.time").evaluate(
-        message="1 GiB",
-        gpus_per_node=8,
-        nodes=8,
-        scale_up_bandwidth="450 GB/s",
-        scale_out_bandwidth="100 GB/s",
-        latency="0 s",
+        message="1 GiB", gpus_per_node=8, nodes=8, scale_up_bandwidth="450 GB/s",
+        scale_out_bandwidth="100 GB/s", latency="0 s",
     )
     assert 2 * 63 / 64 * 2**30 / t.to("s").magnitude == pytest.approx(8 * 450e9 / 7, rel=1e-12)
 
@@ -254,9 +246,7 @@ def test_first_order_failure_formulas_warn_outside_their_range():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         an.formula("reliability.daly.goodput").evaluate(
-            checkpoint_time="5 min",
-            mtbf="30.4 min",
-            restart_time="10 min",
+            checkpoint_time="5 min", mtbf="30.4 min", restart_time="10 min",
             checkpoint_interval="14 min",
         )
 

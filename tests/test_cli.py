@@ -11,13 +11,7 @@ from analytic.core.values import batch_tokens
 #: Llama 3 405B's layout on 8,192 H100s (Llama 3 §3.3.2, Table 4): TP 8, PP 16 interleaved over 8
 #: chunks, DP 64 with ZeRO-2, the ends counted as layers
 LLAMA3_8192 = an.Layout(
-    tp=8,
-    pp=16,
-    dp=64,
-    zero=2,
-    sequence_parallel=True,
-    schedule="interleaved",
-    vpp=8,
+    tp=8, pp=16, dp=64, zero=2, sequence_parallel=True, schedule="interleaved", vpp=8,
     ends_as_layers=True,
 )
 
@@ -52,24 +46,8 @@ def test_step_default_is_the_text_story(capsys):
 
 def test_step_issue_example_verbatim(capsys):
     code, out, err = run(
-        capsys,
-        "step",
-        "--model",
-        "llama3-405b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "8192",
-        "--tp",
-        "8",
-        "--pp",
-        "16",
-        "--seq",
-        "8192",
-        "--batch-tokens",
-        "16M",
-        "--mfu",
-        "0.40",
+        capsys, "step", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "8192",
+        "--tp", "8", "--pp", "16", "--seq", "8192", "--batch-tokens", "16M", "--mfu", "0.40",
     )
     assert code == 0, err
     assert "read as 16 Mi = 16,777,216 tokens" in out
@@ -78,28 +56,9 @@ def test_step_issue_example_verbatim(capsys):
 
 def test_step_moe_story(capsys):
     code, out, err = run(
-        capsys,
-        "step",
-        "--model",
-        "deepseek-v3",
-        "--hardware",
-        "h800",
-        "--gpus",
-        "2048",
-        "--pp",
-        "16",
-        "--ep",
-        "64",
-        "--zero",
-        "1",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "15360",
-        "--dtype",
-        "fp8",
-        "--schedule",
-        "dualpipe",
+        capsys, "step", "--model", "deepseek-v3", "--hardware", "h800", "--gpus", "2048", "--pp",
+        "16", "--ep", "64", "--zero", "1", "--seq", "4096", "--global-batch", "15360", "--dtype",
+        "fp8", "--schedule", "dualpipe",
     )
     assert code == 0, err
     assert "dp=128" in out and "two-level" in out
@@ -133,10 +92,7 @@ def test_dp_time_in_the_story_is_the_modelled_one(capsys):
     keys = {ln["key"]: ln for ln in json.loads(out)["lines"]}
     assert "dp_time" not in keys
     plan = an.Plan(
-        an.model("gpt3-175b"),
-        an.hardware("a100-80g"),
-        an.Layout(dp=64, zero=1),
-        seq_len=2048,
+        an.model("gpt3-175b"), an.hardware("a100-80g"), an.Layout(dp=64, zero=1), seq_len=2048,
         global_batch=64,
     )
     assert plan.placement()["dp"]["link"] == "two-level"
@@ -351,13 +307,7 @@ def test_search_405b_beats_the_published_layout(capsys):
             m,
             hw,
             an.Layout(
-                tp=8,
-                pp=16,
-                dp=128,
-                zero=1,
-                sequence_parallel=True,
-                schedule=schedule,
-                vpp=vpp,
+                tp=8, pp=16, dp=128, zero=1, sequence_parallel=True, schedule=schedule, vpp=vpp,
                 ends_as_layers=vpp > 1,
             ),
             seq_len=8192,
@@ -461,13 +411,8 @@ def test_search_counts_the_layouts_on_the_stack_it_is_given(capsys):
         **{k: row[k] for k in ("tp", "pp", "dp", "cp", "zero", "recompute", "schedule")}
     )
     plan = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        layout,
-        seq_len=4096,
-        global_batch=256,
-        microbatch_size=row["microbatch_size"],
-        stack="torchtitan",
+        an.model("llama3-8b"), an.hardware("h100-sxm"), layout, seq_len=4096, global_batch=256,
+        microbatch_size=row["microbatch_size"], stack="torchtitan",
     )
     assert row["memory_GB"] == pytest.approx(plan.memory().total.to("GB").magnitude, rel=1e-9)
     code, out, err = run(capsys, *base, "--stack", "torchtitn")
@@ -536,20 +481,8 @@ def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
         code, out, err = run(capsys, *base, *extra)
         assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err
     code, out, err = run(
-        capsys,
-        "memory",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "8",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "8",
-        "--tokens",
-        "1e12",
+        capsys, "memory", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq",
+        "8192", "--global-batch", "8", "--tokens", "1e12",
     )
     assert code == 2 and "--tokens" in err
 
@@ -571,11 +504,7 @@ def test_flash_attention_flags(capsys):
     layout = an.Layout(tp=8, pp=16, dp=8, sequence_parallel=True)
     for flag, flash in (("--flash-attention", True), ("--no-flash-attention", False)):
         plan = an.Plan(
-            an.model("gpt3-175b"),
-            an.hardware("a100-80g"),
-            layout,
-            seq_len=2048,
-            global_batch=1536,
+            an.model("gpt3-175b"), an.hardware("a100-80g"), layout, seq_len=2048, global_batch=1536,
             flash_attention=flash,
         )
         assert executed[flag] == pytest.approx(
@@ -592,39 +521,16 @@ def test_flash_attention_flags(capsys):
     }
     assert best["--flash-attention"] != best["--no-flash-attention"]
     code, out, err = run(
-        capsys,
-        "memory",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "8",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "8",
-        "--no-flash-attention",
+        capsys, "memory", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq",
+        "8192", "--global-batch", "8", "--no-flash-attention",
     )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "flash_attention" in err
 
 
 def test_search_without_a_valid_layout_says_so(capsys):
     code, out, err = run(
-        capsys,
-        "search",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "256",
-        "--microbatch-size",
-        "3",
+        capsys, "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq",
+        "8192", "--global-batch", "256", "--microbatch-size", "3",
     )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no valid layout" in err
 
@@ -958,12 +864,8 @@ def test_a_stack_on_another_allocator_gets_a_note_instead_of_a_peak(capsys):
     assert data["peak"] is None and any("not xla's" in n for n in data["notes"])
     with pytest.raises(an.PresetError, match="pytorch's allocator, not xla's"):
         an.Plan(
-            an.model("llama3-8b"),
-            an.hardware("tpu-v6e"),
-            an.Layout(dp=8),
-            seq_len=8192,
-            global_batch=8,
-            stack="maxtext",
+            an.model("llama3-8b"), an.hardware("tpu-v6e"), an.Layout(dp=8), seq_len=8192,
+            global_batch=8, stack="maxtext",
         ).memory_peak()
 
 
@@ -976,10 +878,7 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
         " interleaved --vpp 8 --ends-as-layers --seq 8192 --global-batch 2048"
     ).split()
     plan = an.Plan(
-        an.model("llama3-405b"),
-        an.hardware("h100-sxm"),
-        LLAMA3_8192,
-        seq_len=8192,
+        an.model("llama3-405b"), an.hardware("h100-sxm"), LLAMA3_8192, seq_len=8192,
         global_batch=2048,
     )
     count, peak, hbm = (
@@ -1216,18 +1115,8 @@ def test_memory_with_deepseek_v3s_savers(capsys):
     ratio = 162432 / 455296
     assert middle[1] / middle[0] == pytest.approx(ratio, rel=1e-12)
     code, out, _ = run(
-        capsys,
-        "memory",
-        "--json",
-        "--stages",
-        *flags,
-        "--moment-dtype",
-        "bf16",
-        *savers,
-        "--first-stage-layers",
-        "3",
-        "--last-stage-layers",
-        "2",
+        capsys, "memory", "--json", "--stages", *flags, "--moment-dtype", "bf16", *savers,
+        "--first-stage-layers", "3", "--last-stage-layers", "2",
     )
     stages = json.loads(out)["stages"]
     worst = max(s["total"] for s in stages)
@@ -1273,16 +1162,8 @@ def test_memory_with_offloaded_optimizer(capsys):
         code == 2 and err.strip() == "--offload-optimizer: expected a number in [0, 1], got '1.5'"
     )
     code, out, _ = run(
-        capsys,
-        "search",
-        *flags[:6],
-        "--seq",
-        "8192",
-        "--global-batch",
-        "64",
-        "--offload-optimizer",
-        "1",
-        "--json",
+        capsys, "search", *flags[:6], "--seq", "8192", "--global-batch", "64",
+        "--offload-optimizer", "1", "--json",
     )
     rows = json.loads(out)["ranked"]
     assert code == 0 and rows and all(r["offload_optimizer"] == 1 and r["zero"] <= 2 for r in rows)
@@ -1405,9 +1286,7 @@ def test_a_full_or_closed_standard_output_is_one_line_and_exit_2():
 def test_an_output_that_cannot_take_the_notation_gets_ascii(encoding):
     """What the stream's encoding lacks (Ψ in both, ≈ and – in Latin-1 too) is written in ASCII."""
     done = _command(
-        "formula",
-        "memory.model_states.zero1",
-        env={"PYTHONIOENCODING": encoding},
+        "formula", "memory.model_states.zero1", env={"PYTHONIOENCODING": encoding},
         encoding=encoding,
     )
     assert done.returncode == 0, done.stderr
@@ -1527,12 +1406,8 @@ def test_the_default_story_says_why_the_texts_figures_differ_and_how_the_run_ran
     assert lines["tp_message"]["text_differs_because"] == ""  # 268 MB: the same figure
     ran = lines["ran_mfu"]
     plan = an.Plan(
-        an.model("llama3-405b"),
-        an.hardware("h100-sxm"),
-        LLAMA3_8192,
-        seq_len=8192,
-        global_batch=2048,
-        stack="llama3-meta",
+        an.model("llama3-405b"), an.hardware("h100-sxm"), LLAMA3_8192, seq_len=8192,
+        global_batch=2048, stack="llama3-meta",
     )
     assert ran["value"] == pytest.approx(float(plan.value("mfu.palm").to("").magnitude), rel=1e-12)
     assert (
@@ -1666,11 +1541,7 @@ def test_the_storys_days_are_its_steps_at_the_predicted_step_and_at_the_mfu_aske
     from analytic.cli.story import lines
 
     plan = an.Plan(
-        "llama3-8b",
-        "h100-sxm",
-        an.Layout(tp=2, dp=8),
-        seq_len=4096,
-        global_batch=256,
+        "llama3-8b", "h100-sxm", an.Layout(tp=2, dp=8), seq_len=4096, global_batch=256,
         training_tokens=1e12,
     )
     by_key = {ln.key: ln.value for ln in lines(plan, mfu=0.4)}
@@ -1875,13 +1746,8 @@ def test_search_gives_the_step_every_other_stack_predicts_for_its_first_layout(c
     assert "megatron-core" not in others and "neuronx-distributed" not in others
     for name in ("torchtitan-2025", "deepspeed"):
         plan = an.Plan(
-            "llama3-8b",
-            "h100-sxm",
-            lay,
-            seq_len=8192,
-            batch_tokens="4Mi",
-            microbatch_size=best["microbatch_size"],
-            stack=name,
+            "llama3-8b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
+            microbatch_size=best["microbatch_size"], stack=name,
         )
         assert others[name] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
     assert main(["search", *flags]) == 0
@@ -1911,23 +1777,13 @@ def test_codesign_gives_the_step_other_stacks_predict_for_its_first_points_faste
     assert "the fastest layout of llama3-8b at point 0: " in line
     assert line.endswith(f"against {first['step_time [s]']:.3g} s here")
     lay = an.Layout(
-        tp=first["tp"],
-        pp=first["pp"],
-        dp=first["dp"],
-        cp=first["cp"],
-        zero=first["zero"],
-        recompute=first["recompute"],
-        schedule=first["schedule"],
+        tp=first["tp"], pp=first["pp"], dp=first["dp"], cp=first["cp"], zero=first["zero"],
+        recompute=first["recompute"], schedule=first["schedule"],
     )
     hw = an.hardware("h100-sxm").replace(hbm="80 GB")
     torchtitan = an.Plan(
-        "llama3-8b",
-        hw,
-        lay,
-        seq_len=8192,
-        batch_tokens="4Mi",
-        microbatch_size=first["microbatch_size"],
-        stack="torchtitan",
+        "llama3-8b", hw, lay, seq_len=8192, batch_tokens="4Mi",
+        microbatch_size=first["microbatch_size"], stack="torchtitan",
     )
     assert f"{torchtitan.step_time().to('s').magnitude:.3g} s (torchtitan)" in line
 
@@ -1944,23 +1800,13 @@ def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(ca
     rows = json.loads(capsys.readouterr().out)["ranked"]
     for r in rows:
         lay = an.Layout(
-            tp=r["tp"],
-            pp=r["pp"],
-            dp=r["dp"],
-            cp=r["cp"],
-            zero=r["zero"],
-            recompute=r["recompute"],
-            schedule=r["schedule"],
+            tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=r["cp"], zero=r["zero"],
+            recompute=r["recompute"], schedule=r["schedule"],
             sequence_parallel=r["sequence_parallel"],
         )
         plan = an.Plan(
-            "llama3-70b",
-            "h100-sxm",
-            lay,
-            seq_len=8192,
-            batch_tokens="4Mi",
-            microbatch_size=r["microbatch_size"],
-            training_tokens=15e12,
+            "llama3-70b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
+            microbatch_size=r["microbatch_size"], training_tokens=15e12,
         )
         days = (plan.step_time() * plan.value("steps").magnitude).to("day").magnitude
         assert r["days"] == pytest.approx(days, rel=1e-9)
@@ -1992,16 +1838,8 @@ def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(ca
     )
     got = json.loads(capsys.readouterr().out)["rows"]
     api = an.codesign(
-        "llama3-405b",
-        "h100-sxm",
-        9216,
-        seq_len=8192,
-        global_batch=2304,
-        vary={"scale_up_domain": [8, 72]},
-        scheduler="synchronous",
-        tp=8,
-        pp=16,
-        zero=(1,),
+        "llama3-405b", "h100-sxm", 9216, seq_len=8192, global_batch=2304,
+        vary={"scale_up_domain": [8, 72]}, scheduler="synchronous", tp=8, pp=16, zero=(1,),
     )
     assert [(r["tp"], r["pp"], r["zero"]) for r in got] == [(8, 16, 1), (8, 16, 1)]
     assert [r["step_time [s]"] for r in got] == list(api["step_time [s]"])

@@ -36,15 +36,9 @@ def test_each_row_is_the_search_at_its_point_and_plans_number(frame):
         best = an.search(an.model("llama3-8b"), hw, gpus=64, progress=False, **KW).best
         assert best.step_time == pytest.approx(row["step_time [s]"], rel=1e-12)
         lay = an.Layout(
-            tp=int(row["tp"]),
-            cp=int(row["cp"]),
-            pp=int(row["pp"]),
-            dp=int(row["dp"]),
-            zero=int(row["zero"]),
-            recompute=row["recompute"],
-            schedule=row["schedule"],
-            vpp=int(row["vpp"]),
-            sequence_parallel=int(row["tp"]) > 1,
+            tp=int(row["tp"]), cp=int(row["cp"]), pp=int(row["pp"]), dp=int(row["dp"]),
+            zero=int(row["zero"]), recompute=row["recompute"], schedule=row["schedule"],
+            vpp=int(row["vpp"]), sequence_parallel=int(row["tp"]) > 1,
         )
         plan = an.Plan("llama3-8b", hw, lay, microbatch_size=int(row["microbatch_size"]), **KW)
         assert plan.step_time().to("s").magnitude == pytest.approx(row["step_time [s]"], rel=1e-9)
@@ -79,14 +73,8 @@ def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
     plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=32), **KW)
     with cluster, Client(cluster) as client:
         on_dask = an.codesign(
-            ["llama3-8b"],
-            "h100-sxm",
-            64,
-            vary=VARY,
-            keep=2,
-            scheduler=cluster.scheduler_address,
-            chunk=3,
-            **KW,
+            ["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler=cluster.scheduler_address,
+            chunk=3, **KW,
         )
         # a plan shipped to a worker, and the plan and quantity it sends back; a layout, model,
         # hardware and search result there and back
@@ -199,12 +187,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_sweep(out, match
     monkeypatch.setattr(cd, "points", None)
     with pytest.raises(an.InputError, match=match):
         an.codesign(
-            "llama3-8b",
-            "h100-sxm",
-            64,
-            vary={"hbm": ["80 GB"]},
-            scheduler="synchronous",
-            out=out,
+            "llama3-8b", "h100-sxm", 64, vary={"hbm": ["80 GB"]}, scheduler="synchronous", out=out,
             **KW,
         )
 
@@ -238,21 +221,12 @@ def test_a_grid_past_a_million_points_needs_force(monkeypatch):
     monkeypatch.setattr(cd, "MAX_POINTS", 1)
     with pytest.raises(an.InputError, match="force"):
         an.codesign(
-            "llama3-8b",
-            "h100-sxm",
-            64,
-            vary={"hbm": ["40 GB", "80 GB"]},
-            scheduler="synchronous",
+            "llama3-8b", "h100-sxm", 64, vary={"hbm": ["40 GB", "80 GB"]}, scheduler="synchronous",
             **KW,
         )
     forced = an.codesign(
-        "llama3-8b",
-        "h100-sxm",
-        64,
-        vary={"hbm": ["40 GB", "80 GB"]},
-        scheduler="synchronous",
-        force=True,
-        **KW,
+        "llama3-8b", "h100-sxm", 64, vary={"hbm": ["40 GB", "80 GB"]}, scheduler="synchronous",
+        force=True, **KW,
     )
     assert len(forced) == 2
 
@@ -315,13 +289,7 @@ def test_the_sweeps_slope_is_the_symbolic_derivative():
     bandwidth between close points of the sweep is ∂T/∂B_out of the plan's expression at their
     middle."""
     pins = dict(
-        tp=1,
-        pp=1,
-        cp=1,
-        dp=64,
-        zero=(1,),
-        recompute=("none",),
-        microbatch_sizes=(1,),
+        tp=1, pp=1, cp=1, dp=64, zero=(1,), recompute=("none",), microbatch_sizes=(1,),
         schedules=("1f1b",),
     )
     bw = [2.0, 2.0002, 5.0, 5.0005]  # GB/s: DP exposed, the step falling as the bandwidth grows
@@ -409,11 +377,7 @@ def test_a_price_turns_gpu_hours_into_dollars():
     """USD per million tokens = GPU-hours per million tokens × USD per GPU-hour (a bare price in
     USD/hour); a price that is no rate in money is refused."""
     f = an.codesign(
-        "llama3-8b",
-        "h100-sxm",
-        64,
-        vary={"price": ["2 USD/hour", 3.5]},
-        scheduler="synchronous",
+        "llama3-8b", "h100-sxm", 64, vary={"price": ["2 USD/hour", 3.5]}, scheduler="synchronous",
         **KW,
     )
     assert f["usd [USD/Mtoken]"].tolist() == pytest.approx(
@@ -539,17 +503,8 @@ def test_the_command_line_takes_searchs_flags_and_gives_the_apis_rows(capsys):
     rows = json.loads(capsys.readouterr().out)["rows"]
     hw = an.hardware("h100-sxm").replace(scale_out_bandwidth="100 GB/s")
     api = an.codesign(
-        "llama3-8b",
-        hw,
-        64,
-        vary={"hbm": ["40 GB", "80 GB"]},
-        scheduler="synchronous",
-        async_tp=True,
-        comm_sms=8,
-        zero=(3,),
-        zero3_gather="per-tensor",
-        recompute=("full",),
-        **KW,
+        "llama3-8b", hw, 64, vary={"hbm": ["40 GB", "80 GB"]}, scheduler="synchronous",
+        async_tp=True, comm_sms=8, zero=(3,), zero3_gather="per-tensor", recompute=("full",), **KW,
     )
     assert code == 0 and [r["step_time [s]"] for r in rows] == api["step_time [s]"].tolist()
     assert [r["tp"] for r in rows] == api["tp"].tolist() and set(api["zero"]) == {3}

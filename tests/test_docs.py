@@ -46,9 +46,7 @@ def _blocks():
         for m in FENCE.finditer(text):
             line = text[: m.start()].count("\n") + 1
             yield pytest.param(
-                m.group(1),
-                m.group(2),
-                f"{page.relative_to(ROOT)}:{line}",
+                m.group(1), m.group(2), f"{page.relative_to(ROOT)}:{line}",
                 id=f"{page.relative_to(ROOT)}:{line}",
             )
 

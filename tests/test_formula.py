@@ -99,9 +99,7 @@ def test_lambdify_agrees_with_evaluate_on_arrays():
     fn = f.lambdify()
     msg = np.array([1e6, 1e9])
     out = fn(
-        message=msg,
-        ranks=np.array([4, 64]),
-        bandwidth=np.array([50e9, 450e9]),
+        message=msg, ranks=np.array([4, 64]), bandwidth=np.array([50e9, 450e9]),
         latency=np.array([1e-5, 2e-5]),
     )
     for i in range(2):

@@ -183,9 +183,7 @@ def test_model_construction(extra, layers, hidden):
 
 
 degrees = st.one_of(
-    st.integers(-2, 64),
-    st.floats(allow_nan=True),
-    st.sampled_from([1, 2, 4, 8, 16]),
+    st.integers(-2, 64), st.floats(allow_nan=True), st.sampled_from([1, 2, 4, 8, 16]),
     st.text(max_size=3),
 )
 
@@ -278,13 +276,8 @@ def test_plan_overrides(overrides):
     float64's range (an efficiency of 2.6e-300 makes the step 1.8e299 s)."""
     try:
         plan = an.Plan(
-            an.model("llama3-8b"),
-            an.hardware("h100-sxm"),
-            an.Layout(tp=8, sequence_parallel=True),
-            seq_len=4096,
-            global_batch=16,
-            training_tokens="1e12 token",
-            **overrides,
+            an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=8, sequence_parallel=True),
+            seq_len=4096, global_batch=16, training_tokens="1e12 token", **overrides,
         )
         step, mem, mfu = plan.step_time(), plan.memory(), plan.mfu()
         goodput = plan.expr("goodput").value()
@@ -386,13 +379,8 @@ def test_search(gpus, seq, batch, data):
     kwargs = dict(recompute=("none",), schedules=("1f1b",), zero=(1,)) | bad
     try:
         res = an.search(
-            an.model("llama3-8b"),
-            an.hardware("h100-sxm"),
-            gpus=gpus,
-            seq_len=seq,
-            global_batch=batch,
-            progress=False,
-            **kwargs,
+            an.model("llama3-8b"), an.hardware("h100-sxm"), gpus=gpus, seq_len=seq,
+            global_batch=batch, progress=False, **kwargs,
         )
     except AnalyticError:
         return

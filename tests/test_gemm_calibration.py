@@ -23,24 +23,12 @@ def _synthetic(flops, bandwidth, sms, tile, e=2):
     }
     for m, n, k in gemm.GRID["cuda"]:
         t = an.formula("compute.gemm.math_time").evaluate(
-            gemm_count=1,
-            gemm_m=m,
-            gemm_n=n,
-            gemm_k=k,
-            tile_m=tile[0],
-            tile_n=tile[1],
-            sms=sms,
-            peak_flops=f"{flops} FLOP/s",
-            matmul_efficiency=1,
+            gemm_count=1, gemm_m=m, gemm_n=n, gemm_k=k, tile_m=tile[0], tile_n=tile[1], sms=sms,
+            peak_flops=f"{flops} FLOP/s", matmul_efficiency=1,
         )
         t = t + an.formula("compute.gemm.memory_time").evaluate(
-            gemm_count=1,
-            gemm_m=m,
-            gemm_n=n,
-            gemm_k=k,
-            element_bytes=f"{e} byte",
-            hbm_bandwidth=f"{bandwidth} B/s",
-            memory_efficiency=1,
+            gemm_count=1, gemm_m=m, gemm_n=n, gemm_k=k, element_bytes=f"{e} byte",
+            hbm_bandwidth=f"{bandwidth} B/s", memory_efficiency=1,
         )
         out["gemms"].append({"m": m, "n": n, "k": k, "seconds": t.to("s").magnitude})
     return out
@@ -74,12 +62,8 @@ def test_a_profile_is_the_measured_shares_of_the_peaks(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text(gemm.to_toml(table))
     plan = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(dp=8),
-        seq_len=4096,
-        global_batch=8,
-        profile=path,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=4096,
+        global_batch=8, profile=path,
     )
     assert float(plan.inputs["matmul_efficiency"]) == pytest.approx(0.75)
     assert float(plan.inputs["memory_efficiency"]) == pytest.approx(0.75)
@@ -110,12 +94,8 @@ def test_a_profile_is_data_checked_before_use(tmp_path, text, what):
     path.write_text(text)
     with pytest.raises(InputError, match=what):
         an.Plan(
-            an.model("llama3-8b"),
-            an.hardware("h100-sxm"),
-            an.Layout(dp=8),
-            seq_len=4096,
-            global_batch=8,
-            profile=path,
+            an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=4096,
+            global_batch=8, profile=path,
         )
 
 
@@ -161,12 +141,8 @@ def test_calibrate_gemm_writes_only_with_the_peaks(tmp_path, capsys, monkeypatch
         == 0
     )
     constants = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(dp=8),
-        seq_len=4096,
-        global_batch=8,
-        profile=path,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=4096,
+        global_batch=8, profile=path,
     ).inputs
     assert (
         0 < float(constants["matmul_efficiency"]) <= 1

@@ -150,12 +150,7 @@ def test_mamba_layers_add_their_scans_to_the_flops():
     12·a·d_h·s for the attention layer, and three forwards of each scan, 7·H·P·N FLOPs per token
     (Megatron-LM's hybrid_flops)."""
     m = an.Model(
-        layers=4,
-        layer_pattern="M*M-",
-        ssm_heads=8,
-        ssm_head_dim=32,
-        ssm_state=16,
-        ssm_groups=2,
+        layers=4, layer_pattern="M*M-", ssm_heads=8, ssm_head_dim=32, ssm_state=16, ssm_groups=2,
         **SMALL,
     )
     p = an.Plan(m, "h100-sxm", an.Layout(dp=4), global_batch=16, seq_len=1024)
@@ -169,13 +164,8 @@ def test_context_parallelism_over_mamba_layers_is_refused():
     with pytest.raises(LayoutError, match="Mamba-2 heads"):
         an.Plan(
             an.Model(
-                layers=2,
-                layer_pattern="M*",
-                ssm_heads=6,
-                ssm_head_dim=32,
-                ssm_state=16,
-                ssm_groups=2,
-                **SMALL,
+                layers=2, layer_pattern="M*", ssm_heads=6, ssm_head_dim=32, ssm_state=16,
+                ssm_groups=2, **SMALL,
             ),
             "h100-sxm",
             an.Layout(tp=4, dp=1),
@@ -190,9 +180,6 @@ def test_fp8_caching_of_an_ungated_mlp_is_refused():
     moe = dict(SMALL, experts=8, topk=2, expert_ffn_hidden=128)
     with pytest.raises(InputError, match="SwiGLU"):
         an.Plan(
-            an.Model(layers=4, **moe),
-            "h100-sxm",
-            an.Layout(dp=4, fp8_activations=True),
-            global_batch=16,
-            seq_len=1024,
+            an.Model(layers=4, **moe), "h100-sxm", an.Layout(dp=4, fp8_activations=True),
+            global_batch=16, seq_len=1024,
         ).memory()

@@ -179,13 +179,8 @@ def test_the_allgather_dispatchers_group_of_consecutive_ranks_stays_on_nvlink():
     nics = ({}, {"scale_out_bandwidth": "100 Gbit/s"})
     plans = [
         an.Plan(
-            "qwen3-30b-a3b",
-            "h100-sxm",
-            an.Layout(dp=8, ep=8, zero=1),
-            seq_len=4096,
-            global_batch=64,
-            dispatcher="allgather",
-            **nic,
+            "qwen3-30b-a3b", "h100-sxm", an.Layout(dp=8, ep=8, zero=1), seq_len=4096,
+            global_batch=64, dispatcher="allgather", **nic,
         )
         for nic in nics
     ]
@@ -215,11 +210,7 @@ def test_a_dispatcher_is_an_moe_plans_and_its_stacks():
         an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), dispatcher="flex", **KW)
     with pytest.raises(an.InputError, match="dispatches with alltoall, not flex"):
         an.Plan(
-            MODEL,
-            "h100-sxm",
-            an.Layout(dp=8, ep=8),
-            dispatcher="flex",
-            stack="torchtitan-2025",
+            MODEL, "h100-sxm", an.Layout(dp=8, ep=8), dispatcher="flex", stack="torchtitan-2025",
             **KW,
         )
     assert _plan(tp=2, dp=32, ep=8).dispatcher == "alltoall"  # Megatron-Core's first

@@ -48,11 +48,7 @@ def test_muons_state_is_eight_bytes_a_matrix_parameter_and_adams_twelve_on_the_e
     plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8, zero=1), optimizer="muon", **KW)
     assert plan.memory().optimizer.to("byte").magnitude == pytest.approx(want, rel=1e-12)
     bf16 = an.Plan(
-        "llama3-8b",
-        "h100-sxm",
-        an.Layout(dp=8, zero=1),
-        optimizer="muon",
-        moment_dtype="bf16",
+        "llama3-8b", "h100-sxm", an.Layout(dp=8, zero=1), optimizer="muon", moment_dtype="bf16",
         **KW,
     )
     # bf16 momentum; AdamW's bf16 moments on the ends

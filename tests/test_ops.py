@@ -10,13 +10,8 @@ HAND = an.Hardware(
     name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="800 GB", scale_up="100 GB/s", scale_out="10 GB/s"
 )
 GIVEN = dict(
-    matmul_efficiency=0.5,
-    stack_efficiency=1,
-    memory_efficiency=0.9,
-    link_efficiency=0.8,
-    latency="10 us",
-    overlap=0.5,
-    attention_factor=0.5,
+    matmul_efficiency=0.5, stack_efficiency=1, memory_efficiency=0.9, link_efficiency=0.8,
+    latency="10 us", overlap=0.5, attention_factor=0.5,
 )
 
 
@@ -35,13 +30,8 @@ def test_moe_gemms_are_six_flops_per_active_weight_and_the_router_is_replicated(
     seconds = {}
     for tp in (1, 2):
         p = an.Plan(
-            m,
-            HAND,
-            an.Layout(dp=8, ep=8, tp=tp),
-            seq_len=2048,
-            global_batch=16,
-            hbm_bandwidth="1e30 B/s",
-            **GIVEN,
+            m, HAND, an.Layout(dp=8, ep=8, tp=tp), seq_len=2048, global_batch=16,
+            hbm_bandwidth="1e30 B/s", **GIVEN,
         )
         seconds[tp] = p.time_breakdown(ops=True)["gemm"].to("s").magnitude
     peak = 100e12 * 0.5
@@ -72,14 +62,8 @@ def test_fused_attention_is_causal_flops_at_the_kernels_share_of_peak():
     TFLOP/s × η_att 0.6 × κ_att 0.5."""
     m = an.model("llama3-8b")
     p = an.Plan(
-        m,
-        HAND,
-        an.Layout(dp=8),
-        seq_len=4096,
-        global_batch=8,
-        attention_efficiency=0.6,
-        hbm_bandwidth="2 TB/s",
-        **GIVEN,
+        m, HAND, an.Layout(dp=8), seq_len=4096, global_batch=8, attention_efficiency=0.6,
+        hbm_bandwidth="2 TB/s", **GIVEN,
     )
     with pytest.raises(an.InputError, match="hbm bandwidth"):  # a hand-made accelerator without one
         an.Plan(m, HAND, an.Layout(dp=8), seq_len=4096, global_batch=8, **GIVEN).step_time()
@@ -153,14 +137,8 @@ def test_the_adam_step_moves_its_shard(zero, grad_dtype, per_param):
     updates."""
     m = an.model("llama3-8b")
     p = an.Plan(
-        m,
-        HAND,
-        an.Layout(dp=8, zero=zero),
-        seq_len=4096,
-        global_batch=8,
-        hbm_bandwidth="2 TB/s",
-        grad_dtype=grad_dtype,
-        **GIVEN,
+        m, HAND, an.Layout(dp=8, zero=zero), seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s",
+        grad_dtype=grad_dtype, **GIVEN,
     )
     shard = m.total_params / (8 if zero else 1)
     want = per_param * shard / (2e12 * 0.9)
@@ -185,16 +163,8 @@ def test_an_unfused_adam_step_moves_each_pass(stack, zero, grad_dtype, moments, 
     moment by mul_ and add_, 76 too (where fused Adam moves 28), over the ZeRO shard."""
     m = an.model("llama3-8b")
     p = an.Plan(
-        m,
-        HAND,
-        an.Layout(dp=8, zero=zero),
-        seq_len=4096,
-        global_batch=8,
-        hbm_bandwidth="2 TB/s",
-        stack=stack,
-        grad_dtype=grad_dtype,
-        moment_dtype=moments,
-        **GIVEN,
+        m, HAND, an.Layout(dp=8, zero=zero), seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s",
+        stack=stack, grad_dtype=grad_dtype, moment_dtype=moments, **GIVEN,
     )
     want = per_param * m.total_params / 8 / (2e12 * 0.9)
     assert p.time_breakdown(ops=True)["optimizer"].to("s").magnitude == pytest.approx(
@@ -221,12 +191,8 @@ def test_the_stack_chooses_the_attention_kernel():
     )
     with pytest.raises(an.InputError, match="no fused attention kernel"):
         an.Plan(
-            m,
-            an.hardware("a100-80g"),
-            an.Layout(dp=8),
-            stack="megatron-lm-2021",
-            flash_attention=True,
-            **kw,
+            m, an.hardware("a100-80g"), an.Layout(dp=8), stack="megatron-lm-2021",
+            flash_attention=True, **kw,
         )
     with pytest.raises(an.InputError, match="stack"):
         an.Plan(m, an.hardware("a100-80g"), an.Layout(dp=8), stack="nemo", **kw)
@@ -241,14 +207,8 @@ def test_unfused_attention_is_two_batched_gemms_per_head(name):
     m = an.model(name)
     seq, cp, tp, pp = 4096, 2, 2, (1 if name == "llama3-8b" else 61)
     p = an.Plan(
-        m,
-        HAND,
-        an.Layout(tp=tp, cp=cp, pp=pp, dp=2),
-        seq_len=seq,
-        global_batch=4,
-        flash_attention=False,
-        hbm_bandwidth="1e30 B/s",
-        **GIVEN,
+        m, HAND, an.Layout(tp=tp, cp=cp, pp=pp, dp=2), seq_len=seq, global_batch=4,
+        flash_attention=False, hbm_bandwidth="1e30 B/s", **GIVEN,
     )
     d_qk = m.head_dim + m.rope_dim
     per_head = 3 * 2 * (seq / cp) * seq * (d_qk + m.head_dim)
@@ -287,13 +247,8 @@ def test_mla_and_shared_expert_gemms_by_hand(tp):
         + m.mtp_modules * 2 * h * h
     )
     p = an.Plan(
-        m,
-        HAND,
-        an.Layout(dp=8, ep=8, tp=tp),
-        seq_len=4096,
-        global_batch=16,
-        hbm_bandwidth="1e30 B/s",
-        **GIVEN,
+        m, HAND, an.Layout(dp=8, ep=8, tp=tp), seq_len=4096, global_batch=16,
+        hbm_bandwidth="1e30 B/s", **GIVEN,
     )
     tokens = 16 * 4096 / 8  # per data-parallel replica
     want = 6 * tokens * (split / tp + replicated) / (100e12 * 0.5)

@@ -58,10 +58,7 @@ def test_every_object_a_user_ships_loads_in_a_new_process_and_reads_the_same():
     times, texts = _readings(objs)
     assert _readings(pickle.loads(pickle.dumps(objs))) == (times, texts)
     out = subprocess.run(
-        [sys.executable, "-c", _READ],
-        input=pickle.dumps(objs),
-        capture_output=True,
-        check=True,
+        [sys.executable, "-c", _READ], input=pickle.dumps(objs), capture_output=True, check=True,
         cwd=_root(),
     ).stdout
     their_times, their_texts = ast.literal_eval(out.decode().strip())
@@ -70,13 +67,8 @@ def test_every_object_a_user_ships_loads_in_a_new_process_and_reads_the_same():
 
 def test_a_plan_rebuilt_from_its_pickle_keeps_its_overrides_and_batch():
     plan = an.Plan(
-        "llama3-70b",
-        "h200",
-        an.Layout(tp=8, pp=4, dp=8, zero=1),
-        seq_len=8192,
-        batch_tokens="16Mi",
-        stack="torchtitan-2025",
-        overlap=0.25,
+        "llama3-70b", "h200", an.Layout(tp=8, pp=4, dp=8, zero=1), seq_len=8192,
+        batch_tokens="16Mi", stack="torchtitan-2025", overlap=0.25,
     )
     back = pickle.loads(pickle.dumps(plan))
     assert (back.global_batch, back.stack, back.overrides) == (

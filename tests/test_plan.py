@@ -18,12 +18,8 @@ def essay(grad_dtype="bf16", **layout):
     checked with grad_dtype="bf16"; megatron-core's own default keeps fp32 buffers."""
     kw = dict(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True) | layout
     return an.Plan(
-        an.model("llama3-405b"),
-        an.hardware("h100-sxm"),
-        an.Layout(**kw),
-        seq_len=8192,
-        global_batch=2048,
-        grad_dtype=grad_dtype,
+        an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(**kw), seq_len=8192,
+        global_batch=2048, grad_dtype=grad_dtype,
     )
 
 
@@ -187,10 +183,7 @@ def test_optimizer_params_shard_dense_and_expert_weights_over_their_own_replicas
     over the dp/ep = 2: 4 MoE layers of 8 SwiGLU experts (3·256·128 each) are 3,145,728 routed
     parameters, half on a rank."""
     p = an.Plan(
-        _moe(),
-        an.hardware("h100-sxm"),
-        an.Layout(dp=4, ep=2, zero=zero),
-        seq_len=1024,
+        _moe(), an.hardware("h100-sxm"), an.Layout(dp=4, ep=2, zero=zero), seq_len=1024,
         global_batch=8,
     )
     local_experts = 4 * 8 * 3 * 256 * 128 / 2
@@ -309,10 +302,7 @@ def test_layout_errors():
         essay(pp=128, dp=8)
     with pytest.raises(LayoutError, match="global_batch"):
         an.Plan(
-            an.model("llama3-8b"),
-            an.hardware("h100-sxm"),
-            an.Layout(dp=3),
-            seq_len=1024,
+            an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=3), seq_len=1024,
             global_batch=8,
         )
     with pytest.raises(InputError, match="tp"):
@@ -337,12 +327,8 @@ def test_layout_errors():
 def test_dtype_is_a_modelled_training_dtype_with_a_peak(hardware, dtype, needle):
     with pytest.raises(InputError, match=needle):
         an.Plan(
-            an.model("llama3-8b"),
-            an.hardware(hardware),
-            an.Layout(dp=8),
-            seq_len=1024,
-            global_batch=8,
-            dtype=dtype,
+            an.model("llama3-8b"), an.hardware(hardware), an.Layout(dp=8), seq_len=1024,
+            global_batch=8, dtype=dtype,
         )
 
 
@@ -386,12 +372,8 @@ def test_recompute_never_raises_memory_or_lowers_flops(plan, _):
     results = {}
     for rc in ("none", "selective", "full"):
         p = an.Plan(
-            plan.model,
-            plan.hardware,
-            lay.replace(recompute=rc),
-            seq_len=plan.seq_len,
-            global_batch=plan.global_batch,
-            microbatch_size=plan.microbatch_size,
+            plan.model, plan.hardware, lay.replace(recompute=rc), seq_len=plan.seq_len,
+            global_batch=plan.global_batch, microbatch_size=plan.microbatch_size,
         )
         results[rc] = (p.memory().total.magnitude, p.hardware_flops().magnitude)
     assert (
@@ -437,11 +419,8 @@ def test_doubling_dp_never_raises_memory(dp, zero):
     def mem(d):
         return (
             an.Plan(
-                an.model("llama3-8b"),
-                an.hardware("h100-sxm"),
-                an.Layout(dp=d, zero=zero),
-                seq_len=2048,
-                global_batch=64,
+                an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=d, zero=zero),
+                seq_len=2048, global_batch=64,
             )
             .memory()
             .total.magnitude
@@ -727,24 +706,12 @@ def test_reserved_sms_slow_compute_by_their_share():
     tpu = an.hardware("tpu-v4")  # no sourced SM count
     with pytest.raises(InputError, match="sms"):
         an.Plan(
-            an.model("llama3-8b"),
-            tpu,
-            an.Layout(dp=8, comm_sms=4),
-            seq_len=4096,
-            global_batch=8,
-            scale_up_bandwidth="100 GB/s",
-            scale_out_bandwidth="25 GB/s",
+            an.model("llama3-8b"), tpu, an.Layout(dp=8, comm_sms=4), seq_len=4096, global_batch=8,
+            scale_up_bandwidth="100 GB/s", scale_out_bandwidth="25 GB/s",
         ).step_time()
     given = an.Plan(
-        an.model("llama3-8b"),
-        tpu,
-        an.Layout(dp=8, comm_sms=4),
-        seq_len=4096,
-        global_batch=8,
-        scale_up_bandwidth="100 GB/s",
-        scale_out_bandwidth="25 GB/s",
-        sms=8,
-        matmul_efficiency=0.5,
+        an.model("llama3-8b"), tpu, an.Layout(dp=8, comm_sms=4), seq_len=4096, global_batch=8,
+        scale_up_bandwidth="100 GB/s", scale_out_bandwidth="25 GB/s", sms=8, matmul_efficiency=0.5,
     )
     half = given.replace(layout=an.Layout(dp=8))
     ratio = given.time_breakdown(ops=True)["attention"] / half.time_breakdown(ops=True)["attention"]
@@ -759,14 +726,7 @@ def test_context_parallel_all_gather_is_exposed():
         m,
         hw,
         an.Layout(
-            tp=8,
-            cp=16,
-            pp=16,
-            dp=8,
-            zero=2,
-            sequence_parallel=True,
-            schedule="interleaved",
-            vpp=2,
+            tp=8, cp=16, pp=16, dp=8, zero=2, sequence_parallel=True, schedule="interleaved", vpp=2,
             ends_as_layers=True,
         ),
         seq_len=131072,
@@ -873,10 +833,7 @@ def test_hand_made_hardware_takes_the_pooled_gemm_ceiling_and_says_so():
     input embedding and the norms) at that share of peak, unquantised (no SM count); a preset
     changed with replace() keeps its measured fraction."""
     hw = an.Hardware(
-        name="x",
-        peaks={"bf16": "100 TFLOP/s"},
-        hbm="80 GB",
-        scale_up="100 GB/s",
+        name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="80 GB", scale_up="100 GB/s",
         scale_out="10 GB/s",
     )
     kw = dict(seq_len=2048, global_batch=8)
@@ -897,17 +854,8 @@ def test_hand_made_hardware_takes_the_pooled_gemm_ceiling_and_says_so():
     )
     assert any("pooled over the measured devices" in note for note in pooled.notes)
     given = an.Plan(
-        m,
-        hw,
-        an.Layout(dp=8),
-        matmul_efficiency=0.5,
-        stack_efficiency=1,
-        link_efficiency=0.8,
-        latency="10 us",
-        overlap=0.5,
-        attention_factor=0.5,
-        hbm_bandwidth="1e30 B/s",
-        **kw,
+        m, hw, an.Layout(dp=8), matmul_efficiency=0.5, stack_efficiency=1, link_efficiency=0.8,
+        latency="10 us", overlap=0.5, attention_factor=0.5, hbm_bandwidth="1e30 B/s", **kw,
     )
     weights = m.total_params - m.vocab * m.hidden - (2 * m.layers + 1) * m.hidden
     assert given.time_breakdown(ops=True)["gemm"].to("s").magnitude == pytest.approx(
@@ -925,12 +873,8 @@ def test_bytes_need_no_link_bandwidth_but_times_do():
     kw = dict(seq_len=8192, global_batch=64)
     bare = an.Plan(m, an.hardware("tpu7x"), lay, **kw)
     given = an.Plan(
-        m,
-        an.hardware("tpu7x"),
-        lay,
-        scale_up_bandwidth="600 GB/s",
-        scale_out_bandwidth="400 Gbit/s",
-        **kw,
+        m, an.hardware("tpu7x"), lay, scale_up_bandwidth="600 GB/s",
+        scale_out_bandwidth="400 Gbit/s", **kw,
     )
     assert bare.communication() == given.communication()
     assert bare.communication()["tp"].magnitude > 0
@@ -969,14 +913,7 @@ def test_batch_tokens_as_a_count_with_a_suffix():
 
 def _moe():
     return an.Model(
-        layers=4,
-        hidden=256,
-        heads=8,
-        vocab=1000,
-        position="rope",
-        mlp="swiglu",
-        experts=8,
-        topk=2,
+        layers=4, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu", experts=8, topk=2,
         expert_ffn_hidden=128,
     )
 
@@ -1025,11 +962,7 @@ def test_expert_traffic_by_hand(layout, microbatch_size, tokens, microbatches):
     all-gathered after each dispatch and reduce-scattered before each combine, messages of etp ×
     tokens × k × h × 2 bytes, a rank sending half of each."""
     p = an.Plan(
-        _moe(),
-        an.hardware("h100-sxm"),
-        an.Layout(**layout),
-        seq_len=1024,
-        global_batch=8,
+        _moe(), an.hardware("h100-sxm"), an.Layout(**layout), seq_len=1024, global_batch=8,
         microbatch_size=microbatch_size,
     )
     message, etp = tokens * 2 * 256 * 2, layout.get("tp", 1)
@@ -1106,11 +1039,7 @@ def test_hardware_flops_are_palms_count_exactly_without_recompute_or_flash():
     times the tokens, to the FLOP (nothing is added for the policies not taken)."""
     m = an.model("gpt3-175b")
     p = an.Plan(
-        m,
-        an.hardware("a100-80g"),
-        an.Layout(tp=8, pp=8, dp=16),
-        seq_len=2048,
-        global_batch=1536,
+        m, an.hardware("a100-80g"), an.Layout(tp=8, pp=8, dp=16), seq_len=2048, global_batch=1536,
         flash_attention=False,
     )
     palm = an.formula("compute.flops_per_token_palm").subs(
@@ -1125,11 +1054,8 @@ def test_each_mtp_module_adds_the_same_flops():
     base = an.model("deepseek-v3")
     flops = [
         an.Plan(
-            base.replace(mtp_modules=d),
-            an.hardware("h800"),
-            an.Layout(pp=16, dp=8, ep=8),
-            seq_len=4096,
-            global_batch=256,
+            base.replace(mtp_modules=d), an.hardware("h800"), an.Layout(pp=16, dp=8, ep=8),
+            seq_len=4096, global_batch=256,
         )
         .hardware_flops()
         .magnitude
@@ -1142,10 +1068,7 @@ def test_each_mtp_module_adds_the_same_flops():
 
 def test_a_symbolic_batch_in_tokens_is_its_symbol():
     p = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(dp=8),
-        seq_len=8192,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=8192,
         batch_tokens=an.sym("batch_tokens"),
     )
     assert p.expr("tokens_per_step").expr == an.sym("batch_tokens")
@@ -1155,10 +1078,7 @@ def test_a_symbolic_batch_in_tokens_is_its_symbol():
 def test_the_reinterpretation_warning_points_at_the_callers_line():
     with pytest.warns(an.errors.ReinterpretedWarning) as record:
         an.Plan(
-            an.model("llama3-8b"),
-            an.hardware("h100-sxm"),
-            an.Layout(dp=8),
-            seq_len=8192,
+            an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=8192,
             batch_tokens="16M",
         )
     assert record[0].filename == __file__
@@ -1169,10 +1089,7 @@ def test_layout_defaults_and_gpus():
     t·c·p·d."""
     assert an.Layout(tp=8, cp=2, pp=4, dp=3).gpus == 192
     p = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(dp=8),
-        seq_len=2048,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=2048,
         global_batch=8,
     )
     assert p.memory().optimizer.to("byte").magnitude == pytest.approx(
@@ -1199,11 +1116,7 @@ def test_the_batch_and_stage_constraints(layout, batch, microbatch_size, constra
     m = an.Model(layers=8, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu")
     with pytest.raises(LayoutError, match=constraint):
         an.Plan(
-            m,
-            an.hardware("h100-sxm"),
-            an.Layout(**layout),
-            seq_len=1024,
-            global_batch=batch,
+            m, an.hardware("h100-sxm"), an.Layout(**layout), seq_len=1024, global_batch=batch,
             microbatch_size=microbatch_size,
         )
 
@@ -1243,17 +1156,8 @@ def test_moe_layer_activations_count_the_routed_and_shared_experts():
     the MLP half's norm input and output (2 × 2 × 256), its k = 2 routed copies (2 × 2 × 256) and
     the gate, up and product of its 2 routed and 2 shared experts (6 × 4 × 512): 17,440 bytes."""
     m = an.Model(
-        layers=4,
-        hidden=256,
-        heads=8,
-        vocab=1000,
-        position="rope",
-        mlp="swiglu",
-        ffn_hidden=256,
-        experts=8,
-        topk=2,
-        shared_experts=2,
-        expert_ffn_hidden=512,
+        layers=4, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu", ffn_hidden=256,
+        experts=8, topk=2, shared_experts=2, expert_ffn_hidden=512,
     )
     p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(dp=2, ep=2), seq_len=1024, global_batch=2)
     want = (2 * 2 * 256 + 4 * 2 * 256 + 4 * 8) + (2 * 2 * 256 + 2 * 2 * 256 + 6 * 4 * 512)
@@ -1267,11 +1171,7 @@ def test_expert_traffic_outside_dualpipe_is_exposed_whatever_the_overlap():
     chunk."""
     for phi in (0.25, 1.0):
         p = an.Plan(
-            _moe(),
-            an.hardware("h100-sxm"),
-            an.Layout(dp=2, ep=2),
-            seq_len=1024,
-            global_batch=8,
+            _moe(), an.hardware("h100-sxm"), an.Layout(dp=2, ep=2), seq_len=1024, global_batch=8,
             overlap=phi,
         )
         assert p.time_breakdown()["ep"].to("s").magnitude == pytest.approx(
@@ -1475,10 +1375,7 @@ def test_the_last_stage_is_the_fullest_when_its_loss_outweighs_a_layers_backward
     the first adds a layer's backward gradients (2 × 2 × 14,336 bytes a token): the last is the
     fullest."""
     plan = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(pp=4),
-        seq_len=8192,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(pp=4), seq_len=8192,
         global_batch=1,
     )
     first, last = plan.memory(stage=0), plan.memory(stage=3)
@@ -1515,12 +1412,8 @@ def test_context_parallel_attention_buffers_join_a_layers_backward_on_torchtitan
         first_stage("megatron-core", 1), rel=1e-12
     )
     sources = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(cp=2),
-        seq_len=8192,
-        global_batch=1,
-        stack="torchtitan",
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(cp=2), seq_len=8192,
+        global_batch=1, stack="torchtitan",
     ).sources("memory.activations")
     assert "memory.activations.backward.cp_ring_attention" in sources
 
@@ -1558,12 +1451,7 @@ def test_uneven_stages():
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=2048)
     lay = an.Layout(
-        tp=8,
-        pp=16,
-        dp=64,
-        zero=1,
-        sequence_parallel=True,
-        first_stage_layers=7,
+        tp=8, pp=16, dp=64, zero=1, sequence_parallel=True, first_stage_layers=7,
         last_stage_layers=7,
     )
     plan = an.Plan(m, hw, lay, **kw)
@@ -1646,16 +1534,8 @@ def test_each_shared_expert_adds_the_same_gemm_time():
 
     def gemm(shared):
         m = an.Model(
-            layers=4,
-            hidden=2048,
-            heads=16,
-            vocab=32000,
-            position="rope",
-            mlp="swiglu",
-            experts=8,
-            topk=2,
-            shared_experts=shared,
-            expert_ffn_hidden=1024,
+            layers=4, hidden=2048, heads=16, vocab=32000, position="rope", mlp="swiglu", experts=8,
+            topk=2, shared_experts=shared, expert_ffn_hidden=1024,
         )
         plan = an.Plan(
             m, an.hardware("tpu-v6e"), an.Layout(dp=8, ep=8), seq_len=4096, global_batch=64
@@ -1852,11 +1732,7 @@ def test_a_fully_connected_domain_needs_a_link_to_every_peer():
         mi.replace(scale_up_links=3)
     with pytest.raises(InputError, match="scale_up_domain"):
         an.Plan(
-            an.model("llama3-8b"),
-            mi,
-            an.Layout(tp=8, dp=2),
-            seq_len=8192,
-            global_batch=64,
+            an.model("llama3-8b"), mi, an.Layout(tp=8, dp=2), seq_len=8192, global_batch=64,
             scale_up_domain=16,
         )
 
@@ -2007,15 +1883,8 @@ def test_a_memory_without_offload_holds_nothing_in_host_memory():
     its fit is the total's against HBM alone."""
     gb = lambda x: an.Q_(x, "GB")  # noqa: E731
     m = an.Memory(
-        weights=gb(10),
-        gradients=gb(20),
-        optimizer=gb(5),
-        gathered=gb(0),
-        activations=gb(40),
-        total=gb(75),
-        hbm=gb(80),
-        logits=gb(1),
-        loss=gb(2),
+        weights=gb(10), gradients=gb(20), optimizer=gb(5), gathered=gb(0), activations=gb(40),
+        total=gb(75), hbm=gb(80), logits=gb(1), loss=gb(2),
     )
     assert round(m.host.m_as("byte")) == 0 and m.fits
     assert not an.Memory(**{**m.as_dict(), "total": gb(81)}).fits
@@ -2027,16 +1896,8 @@ def test_a_memory_reads_in_gigabytes_and_holds_gigabytes():
     gives is."""
     gb = lambda x: an.Q_(x, "GB")  # noqa: E731
     m = an.Memory(
-        weights=gb(10),
-        gradients=gb(20),
-        optimizer=gb(5),
-        gathered=gb(0),
-        activations=gb(40.04),
-        total=gb(75.04),
-        hbm=an.Q_(85520810000, "byte"),
-        logits=gb(1),
-        loss=gb(2),
-        stage=3,
+        weights=gb(10), gradients=gb(20), optimizer=gb(5), gathered=gb(0), activations=gb(40.04),
+        total=gb(75.04), hbm=an.Q_(85520810000, "byte"), logits=gb(1), loss=gb(2), stage=3,
     )
     assert (
         repr(m) == "Memory(stage 3: weights 10 GB, gradients 20 GB, optimizer 5 GB, "
@@ -2130,13 +1991,8 @@ def test_deepseek_v3_with_its_savers():
     )
     lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", comm_sms=20, **savers)
     ds = an.Plan(
-        an.model("deepseek-v3"),
-        an.hardware("h800"),
-        lay,
-        seq_len=4096,
-        global_batch=15360,
-        dtype="fp8",
-        moment_dtype="bf16",
+        an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
+        dtype="fp8", moment_dtype="bf16",
     )
     plain = ds.replace(
         layout=lay.replace(recompute="none", recompute_modules=(), fp8_activations=False)
@@ -2154,12 +2010,7 @@ def test_uneven_stages_under_interleaving():
     splits them unevenly), each with a layer's backward gradients (2 × 2 × 2,816 bytes a token). A
     last stage of 3 layers cannot split over 2 chunks."""
     m = an.Model(
-        layers=20,
-        hidden=1024,
-        heads=16,
-        vocab=32000,
-        position="rope",
-        mlp="swiglu",
+        layers=20, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu",
         ffn_hidden=2816,
     )
     kw = dict(seq_len=2048, global_batch=16)
@@ -2268,10 +2119,7 @@ def test_ends_counted_as_layers_must_split_evenly(changes, needle):
     lay = dict(tp=8, pp=16, dp=64, schedule="interleaved", vpp=8, ends_as_layers=True) | changes
     with pytest.raises(an.LayoutError, match=needle):
         an.Plan(
-            an.model("llama3-405b"),
-            an.hardware("h100-sxm"),
-            an.Layout(**lay),
-            seq_len=8192,
+            an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(**lay), seq_len=8192,
             global_batch=2048,
         )
     with pytest.raises(an.LayoutError, match="DualPipe places both ends"):
@@ -2511,13 +2359,8 @@ def test_transformer_engines_fp8_weight_cache_holds_two_bytes_a_linear_parameter
 
     def weights(dtype="fp8", stack="megatron-core", zero=1, stage=0):
         p = an.Plan(
-            an.model("llama3-8b"),
-            an.hardware("h100-sxm"),
-            an.Layout(tp=2, pp=2, dp=2, zero=zero),
-            seq_len=4096,
-            global_batch=8,
-            dtype=dtype,
-            stack=stack,
+            an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2, pp=2, dp=2, zero=zero),
+            seq_len=4096, global_batch=8, dtype=dtype, stack=stack,
         )
         return round(p.memory(stage=stage).weights.m_as("byte"))
 
@@ -2570,12 +2413,8 @@ def test_a_free_tp_keeps_the_stacks_two_loss_working_sets():
     gives each, by hand: s·V = 8,192 × 128,256 logits of one microbatch, × 12 at tp = 1, × 16 / 8 at
     8."""
     p = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(tp=an.sym("tp")),
-        seq_len=8192,
-        global_batch=64,
-        stack="torchtitan",
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=an.sym("tp")), seq_len=8192,
+        global_batch=64, stack="torchtitan",
     )
     loss = p.expr("memory.loss")
     assert round(loss.subs(tp=1).value().m_as("byte")) == 8192 * 128256 * 12

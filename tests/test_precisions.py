@@ -229,10 +229,7 @@ def test_search_counts_every_layout_with_the_recipe_and_its_plans_agree(capsys):
     for recipe, found in res.items():
         best = found.best
         plan = best.plan(
-            an.model("llama3-70b"),
-            an.hardware("h100-sxm"),
-            seq_len=8192,
-            global_batch=512,
+            an.model("llama3-70b"), an.hardware("h100-sxm"), seq_len=8192, global_batch=512,
             dtype="fp8",
         )
         assert (best.fp8_recipe, plan.fp8_recipe) == (recipe, recipe)
@@ -309,21 +306,12 @@ def test_the_layers_kept_in_bf16_run_their_gemms_at_16_bits():
 def test_layers_kept_in_bf16_are_a_low_precision_plans():
     with pytest.raises(an.InputError, match="dtype bf16 has none"):
         an.Plan(
-            "llama3-8b",
-            "h100-sxm",
-            an.Layout(dp=8),
-            seq_len=4096,
-            global_batch=64,
+            "llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64,
             bf16_layers=(1, 1),
         )
     with pytest.raises(an.InputError, match="exceed the 32 layers"):
         an.Plan(
-            "llama3-8b",
-            "h100-sxm",
-            an.Layout(dp=8),
-            seq_len=4096,
-            global_batch=64,
-            dtype="fp8",
+            "llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64, dtype="fp8",
             bf16_layers=(20, 20),
         )
     from analytic.cli.main import main

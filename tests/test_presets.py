@@ -350,13 +350,8 @@ def test_a_stack_without_fitted_sources_takes_the_pooled_efficiency_and_says_so(
         and ds.stack_efficiency != mc.stack_efficiency
     )
     plan = an.Plan(
-        "gpt3-175b",
-        "a100-80g",
-        an.Layout(dp=64, zero=3),
-        seq_len=2048,
-        global_batch=64,
-        stack="deepspeed",
-        flash_attention=False,
+        "gpt3-175b", "a100-80g", an.Layout(dp=64, zero=3), seq_len=2048, global_batch=64,
+        stack="deepspeed", flash_attention=False,
     )
     assert float(plan.inputs["stack_efficiency"]) == ds.stack_efficiency
     assert any("pooled over the fitted stacks" in note for note in plan.notes)

@@ -191,13 +191,7 @@ def test_the_programs_of_a_split_with_the_ends_as_layers_equal_the_expressions()
     """Llama 3 405B as it ran (interleaved, a layer a chunk, the ends counted as layers: (L + 2)/p a
     stage, the end stages a layer fewer), whose split the programs take in closed form."""
     layout = an.Layout(
-        tp=8,
-        pp=16,
-        dp=64,
-        zero=2,
-        sequence_parallel=True,
-        schedule="interleaved",
-        vpp=8,
+        tp=8, pp=16, dp=64, zero=2, sequence_parallel=True, schedule="interleaved", vpp=8,
         ends_as_layers=True,
     )
     _programs_equal_expressions(
@@ -272,11 +266,8 @@ def test_a_plan_with_programs_names_its_fullest_stage_when_it_is_the_last(fresh)
     which also takes the loss of a 128,256-entry vocabulary, is the fullest: the worst stage a
     plan's programs name is the one its stage-by-stage parts (another path) put highest."""
     plan = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(pp=4, dp=2, recompute="full"),
-        seq_len=8192,
-        global_batch=64,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(pp=4, dp=2, recompute="full"),
+        seq_len=8192, global_batch=64,
     )
     assert plan._numbers.bundle is not None
     totals = [m.total for m in plan.memory_by_stage()]
@@ -494,14 +485,8 @@ def test_a_ceiling_of_a_whole_quotient_stays_whole():
     )
     prog = program([waves], {sym(k): k for k in names})
     values = dict(
-        experts=128.0,
-        ep=1.0,
-        sms=132.0,
-        tile_m=128.0,
-        tile_n=256.0,
-        hidden=2688.0,
-        expert_ffn_hidden=1856.0,
-        tp=1.0,
+        experts=128.0, ep=1.0, sms=132.0, tile_m=128.0, tile_n=256.0, hidden=2688.0,
+        expert_ffn_hidden=1856.0, tp=1.0,
     )
     assert list(prog.scalar([values[k] for k in prog.inputs])) == [160.0]
     assert prog(*(np.array([values[k]]) for k in prog.inputs))[0][0] == 160.0
@@ -580,11 +565,7 @@ def test_twenty_plans_of_five_structures_give_the_same_bits_cold_warm_and_in_thi
     runs = [
         json.loads(
             subprocess.run(
-                [sys.executable, "-c", code],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=True,
+                [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
                 cwd=Path(__file__).parent.parent,
             ).stdout
         )

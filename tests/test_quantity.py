@@ -321,9 +321,7 @@ def test_the_command_line_imports_no_pint_numpy_or_sympy(command):
 
 
 @given(
-    a=st.sampled_from(ALL),
-    b=st.sampled_from(ALL),
-    x=st.integers(1, 10**6),
+    a=st.sampled_from(ALL), b=st.sampled_from(ALL), x=st.integers(1, 10**6),
     n=st.sampled_from([-3, -2, -1, 1, 2, 3]),
 )
 def test_unit_arithmetic_is_pints(a, b, x, n):
@@ -408,14 +406,8 @@ def test_an_input_in_another_unit_converts_exactly():
     """1/day is 1/86400 per second and 400 Gbit/s 5·10¹⁰ B/s exactly, as the definitions state (the
     factor was rounded to 15 digits: 115740740740741·10⁻¹⁹)."""
     plan = an.Plan(
-        "llama3-8b",
-        "h100-sxm",
-        an.Layout(dp=8),
-        seq_len=4096,
-        global_batch=64,
-        interruption_rate="1/day",
-        scale_out_bandwidth="400 Gbit/s",
-        hbm="80 GiB",
+        "llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64,
+        interruption_rate="1/day", scale_out_bandwidth="400 Gbit/s", hbm="80 GiB",
     )
     assert plan.overrides == {
         "interruption_rate": Fraction(1, 86400),

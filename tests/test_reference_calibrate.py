@@ -41,12 +41,8 @@ def test_backend_calibration_prints_a_fit_with_held_out_error(tmp_path, capsys):
         assert "found no bandwidth" in str(exc)
         return
     plan = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(tp=2),
-        seq_len=1024,
-        global_batch=4,
-        **over,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2), seq_len=1024,
+        global_batch=4, **over,
     )
     assert plan.step_time().magnitude > 0
 

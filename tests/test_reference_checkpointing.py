@@ -105,14 +105,8 @@ def test_without_the_policy_the_block_keeps_what_the_flash_count_says():
     keeps per layer."""
     m = an.model("llama3-8b")
     kw = dict(
-        seq_len=1,
-        microbatch_size=1,
-        tp=1,
-        hidden=m.hidden,
-        heads=m.heads,
-        kv_heads=m.kv_heads,
-        head_dim=m.head_dim,
-        ffn_hidden=m.ffn_hidden,
+        seq_len=1, microbatch_size=1, tp=1, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
+        head_dim=m.head_dim, ffn_hidden=m.ffn_hidden,
     )
     op = (
         an.formula("memory.activations.layer_flash_swiglu_op_sac")
@@ -174,22 +168,13 @@ def test_the_op_policy_is_refused_where_it_is_not_modelled():
         )
     with pytest.raises(an.InputError, match="op-level selective policy"):
         an.Plan(
-            an.model("llama3-8b"),
-            hw,
-            an.Layout(dp=8, recompute="selective"),
-            stack="torchtitan",
-            flash_attention=False,
-            seq_len=4096,
-            global_batch=8,
+            an.model("llama3-8b"), hw, an.Layout(dp=8, recompute="selective"), stack="torchtitan",
+            flash_attention=False, seq_len=4096, global_batch=8,
         )
     with pytest.raises(an.InputError, match="selective recomputation is not modelled"):
         an.Plan(
-            an.model("llama3-8b"),
-            hw,
-            an.Layout(dp=8, recompute="selective"),
-            stack="llm-foundry",
-            seq_len=4096,
-            global_batch=8,
+            an.model("llama3-8b"), hw, an.Layout(dp=8, recompute="selective"), stack="llm-foundry",
+            seq_len=4096, global_batch=8,
         )
 
 

@@ -10,52 +10,19 @@ import analytic as an  # noqa: E402
 from analytic.reference.transformer import Transformer, count_parameters, saved_bytes  # noqa: E402
 
 LLAMA = an.Model(
-    layers=2,
-    hidden=32,
-    heads=4,
-    kv_heads=2,
-    ffn_hidden=48,
-    vocab=50,
-    mlp="swiglu",
-    position="rope",
-    name="tiny-llama",
+    layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=48, vocab=50, mlp="swiglu",
+    position="rope", name="tiny-llama",
 )
 GPT = an.Model.gpt(layers=2, hidden=32, heads=4, vocab=50, seq_len=16, name="tiny-gpt")
 MOE = an.Model(
-    layers=3,
-    hidden=32,
-    heads=4,
-    kv_heads=4,
-    ffn_hidden=48,
-    vocab=50,
-    mlp="swiglu",
-    position="rope",
-    experts=4,
-    topk=2,
-    shared_experts=2,
-    expert_ffn_hidden=16,
-    dense_layers=1,
+    layers=3, hidden=32, heads=4, kv_heads=4, ffn_hidden=48, vocab=50, mlp="swiglu",
+    position="rope", experts=4, topk=2, shared_experts=2, expert_ffn_hidden=16, dense_layers=1,
     name="tiny-moe",
 )
 MLA = an.Model(
-    layers=2,
-    hidden=32,
-    heads=4,
-    head_dim=8,
-    vocab=50,
-    mlp="swiglu",
-    position="rope",
-    ffn_hidden=48,
-    experts=4,
-    topk=2,
-    shared_experts=1,
-    expert_ffn_hidden=16,
-    dense_layers=1,
-    attention="mla",
-    q_lora_rank=12,
-    kv_lora_rank=10,
-    rope_dim=4,
-    name="tiny-deepseek",
+    layers=2, hidden=32, heads=4, head_dim=8, vocab=50, mlp="swiglu", position="rope",
+    ffn_hidden=48, experts=4, topk=2, shared_experts=1, expert_ffn_hidden=16, dense_layers=1,
+    attention="mla", q_lora_rank=12, kv_lora_rank=10, rope_dim=4, name="tiny-deepseek",
 )
 S, B = 16, 2
 
@@ -202,11 +169,7 @@ def test_plan_adds_the_flash_backward_to_hardware_flops():
 
     def planned(flash):
         plan = an.Plan(
-            GPT,
-            an.hardware("h100-sxm"),
-            an.Layout(),
-            seq_len=S,
-            global_batch=B,
+            GPT, an.hardware("h100-sxm"), an.Layout(), seq_len=S, global_batch=B,
             flash_attention=flash,
         )
         return plan.hardware_flops().to("FLOP").magnitude
@@ -272,11 +235,7 @@ def test_palm_convention_over_counts_by_the_untied_input_embedding():
 def _block_saved(model, attention, recompute="none", dropout=0.0):
     torch.manual_seed(0)
     net = Transformer(
-        model,
-        dtype=torch.bfloat16,
-        attention=attention,
-        dropout=dropout,
-        seq_len=S,
+        model, dtype=torch.bfloat16, attention=attention, dropout=dropout, seq_len=S,
         recompute_core=recompute == "selective",
     )
     blk = net.blocks[0]

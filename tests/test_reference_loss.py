@@ -74,11 +74,7 @@ def test_under_full_recomputation_the_loss_and_a_recomputed_layer_are_not_held_t
     layer's inputs it is taken on)."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
     plan = an.Plan(
-        m,
-        hw,
-        an.Layout(recompute="full"),
-        seq_len=8192,
-        global_batch=1,
+        m, hw, an.Layout(recompute="full"), seq_len=8192, global_batch=1,
         stack="torchtitan-2025-eager",
     )
     # its fused AdamW: the step is no phase of its own (foreach's would be the peak here)
@@ -142,12 +138,8 @@ def test_a_stack_without_a_measured_loss_counts_the_logits_and_says_so():
     """LLM Foundry's and MaxText's losses are not measured: the loss's working set is the 16-bit
     logits alone (2 bytes each), and the plan's notes say so."""
     plan = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(dp=8),
-        seq_len=8192,
-        global_batch=8,
-        stack="llm-foundry",
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=8192,
+        global_batch=8, stack="llm-foundry",
     )
     mem = plan.memory()
     assert round(mem.loss.m_as("byte")) == round(mem.logits.m_as("byte")) == 8192 * 128256 * 2

@@ -165,11 +165,7 @@ def test_deepseek_v3_layer_with_its_activations_cached_in_fp8():
         fp8_activations=True,
     )
     plan = an.Plan(
-        an.model("deepseek-v3"),
-        an.hardware("h800"),
-        lay,
-        seq_len=4096,
-        global_batch=15360,
+        an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
         dtype="fp8",
     )
     assert plan.expr("memory.activations.layer").value().to("byte").magnitude == 4096 * want
@@ -197,11 +193,7 @@ def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are
             fp8_activations=fp8,
         )
         plan = an.Plan(
-            an.model("deepseek-v3"),
-            an.hardware("h800"),
-            lay,
-            seq_len=4096,
-            global_batch=15360,
+            an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
             dtype="fp8",
         )
         return plan.expr("memory.activations.layer").value().to("byte").magnitude / 4096
@@ -239,11 +231,8 @@ def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
     assert split[0] - split[1] == (2 * 4096 + 3 * 14336) / 2  # TP 2 with SP: each split in two
     with pytest.raises(an.InputError, match="fp8_activations"):
         an.Plan(
-            an.model("llama3-8b"),
-            an.hardware("h100-sxm"),
-            an.Layout(fp8_activations=True),
-            seq_len=4096,
-            global_batch=8,
+            an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(fp8_activations=True),
+            seq_len=4096, global_batch=8,
         )
 
 

@@ -42,25 +42,10 @@ def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
     node-limited all-to-all and DualPipe as Plan computes them, to 1e-9 relative."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     moe = an.Model(
-        layers=16,
-        hidden=2048,
-        heads=16,
-        head_dim=128,
-        vocab=32000,
-        mlp="swiglu",
-        position="rope",
-        ffn_hidden=8192,
-        experts=64,
-        topk=6,
-        shared_experts=2,
-        expert_ffn_hidden=1024,
-        dense_layers=1,
-        attention="mla",
-        q_lora_rank=512,
-        kv_lora_rank=256,
-        rope_dim=64,
-        nodes_per_token=2,
-        mtp_modules=1,
+        layers=16, hidden=2048, heads=16, head_dim=128, vocab=32000, mlp="swiglu", position="rope",
+        ffn_hidden=8192, experts=64, topk=6, shared_experts=2, expert_ffn_hidden=1024,
+        dense_layers=1, attention="mla", q_lora_rank=512, kv_lora_rank=256, rope_dim=64,
+        nodes_per_token=2, mtp_modules=1,
     )
     hw = an.hardware("h800")
     res = an.search(moe, hw, gpus=64, seq_len=4096, global_batch=128, progress=False)
@@ -165,13 +150,8 @@ def test_async_tp_search_equals_plan(tmp_path, monkeypatch):
     traffic never makes a layout slower."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     kw = dict(
-        gpus=64,
-        seq_len=4096,
-        global_batch=256,
-        zero=(1,),
-        recompute=("none",),
-        schedules=("1f1b",),
-        progress=False,
+        gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",),
+        schedules=("1f1b",), progress=False,
     )
     plain, hidden = an.search(MODEL, HW, **kw), an.search(MODEL, HW, async_tp=True, **kw)
     # (the two come from different compiled programs: equal where TP is absent up to rounding)
@@ -189,13 +169,8 @@ def test_reserved_sms_search_equals_plan(tmp_path, monkeypatch):
     layout gets faster; more SMs than the accelerator has is refused."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     kw = dict(
-        gpus=64,
-        seq_len=4096,
-        global_batch=256,
-        zero=(1,),
-        recompute=("none",),
-        schedules=("1f1b",),
-        progress=False,
+        gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",),
+        schedules=("1f1b",), progress=False,
     )
     plain, reserved = an.search(MODEL, HW, **kw), an.search(MODEL, HW, comm_sms=20, **kw)
     assert np.all(reserved.arrays["step_time"] > plain.arrays["step_time"])
@@ -214,11 +189,7 @@ def test_per_tensor_zero3_search_equals_plan(tmp_path, monkeypatch):
     others are untouched; every number is Plan's."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     kw = dict(
-        gpus=64,
-        seq_len=4096,
-        global_batch=256,
-        recompute=("full",),
-        schedules=("1f1b",),
+        gpus=64, seq_len=4096, global_batch=256, recompute=("full",), schedules=("1f1b",),
         progress=False,
     )
     block, tensor = an.search(MODEL, HW, **kw), an.search(
@@ -248,13 +219,8 @@ def test_stack_search_equals_plan(tmp_path, monkeypatch):
     gradient buffers there, bf16 gradients here); an unknown stack is refused."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     kw = dict(
-        gpus=64,
-        seq_len=4096,
-        global_batch=256,
-        zero=(1, 3),
-        recompute=("none", "full"),
-        schedules=("1f1b",),
-        progress=False,
+        gpus=64, seq_len=4096, global_batch=256, zero=(1, 3), recompute=("none", "full"),
+        schedules=("1f1b",), progress=False,
     )
     titan, core = an.search(MODEL, HW, stack="torchtitan", **kw), an.search(MODEL, HW, **kw)
     assert titan.stack == "torchtitan" and core.stack == "megatron-core"
@@ -321,25 +287,13 @@ def test_every_enumerated_layout_passes_the_one_layout_check():
         for j in range(0, n, max(1, n // 400)):
             d = {k: int(rows[k][j]) for k in rows}
             layout = an.Layout(
-                tp=d["tp"],
-                pp=d["pp"],
-                dp=d["dp"],
-                cp=d["cp"],
-                ep=d["ep"],
-                vpp=d["vpp"],
-                zero=d["zero"],
-                sequence_parallel=d["tp"] > 1,
-                recompute=RECOMPUTE[d["recompute"]],
+                tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"],
+                zero=d["zero"], sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
                 schedule=SCHEDULES[d["schedule"]],
             )
             check_layout(
-                model,
-                layout,
-                seq_len=seq,
-                global_batch=batch,
-                microbatch_size=d["microbatch_size"],
-                scale_up_domain=hw.gpus_per_node,
-                sms=hw.sms,
+                model, layout, seq_len=seq, global_batch=batch,
+                microbatch_size=d["microbatch_size"], scale_up_domain=hw.gpus_per_node, sms=hw.sms,
             )
 
 
@@ -371,13 +325,8 @@ def test_search_over_several_sizes_by_objective(tmp_path, monkeypatch):
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
     kw = dict(
-        gpus=[64, 256, 1024],
-        seq_len=8192,
-        global_batch=64,
-        zero=(1, 2),
-        recompute=("none",),
-        schedules=("1f1b", "zb-h2"),
-        progress=False,
+        gpus=[64, 256, 1024], seq_len=8192, global_batch=64, zero=(1, 2), recompute=("none",),
+        schedules=("1f1b", "zb-h2"), progress=False,
     )
     fast, cheap, busy = (an.search(m, hw, objective=o, **kw) for o in ("step_time", "cost", "mfu"))
     assert set(fast.arrays["gpus"]) == {64, 256, 1024} and fast.evaluated == cheap.evaluated
@@ -403,13 +352,8 @@ def test_mesh_search_equals_plan(tmp_path, monkeypatch):
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     mi = an.hardware("mi300x")
     kw = dict(
-        gpus=64,
-        seq_len=4096,
-        global_batch=256,
-        zero=(1,),
-        recompute=("none",),
-        schedules=("1f1b",),
-        progress=False,
+        gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",),
+        schedules=("1f1b",), progress=False,
     )
     res = an.search(MODEL, mi, **kw)
     for tp in (2, 4, 8):
@@ -449,10 +393,7 @@ def test_a_learned_position_table_bounds_the_sequence():
         an.search(gpt3, a100, gpus=1024, seq_len=4096, global_batch=64, progress=False)
     an.Plan(gpt3, a100, an.Layout(tp=8, pp=16, dp=8), seq_len=2048, global_batch=64)
     an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(dp=8),
-        seq_len=65536,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=65536,
         global_batch=8,
     )
 
@@ -531,14 +472,8 @@ def test_every_ranked_row_is_plans_on_every_stack(stack):
     flash = stack != "megatron-lm-2021"  # its stack has no fused attention kernel
     if not flash:  # the unfused formulas count GPT's layer: multi-head attention, a GELU MLP
         model = an.Model(
-            layers=24,
-            hidden=2048,
-            heads=16,
-            vocab=51200,
-            mlp="gelu",
-            position="learned",
-            max_seq_len=4096,
-            name="gpt-1.3b",
+            layers=24, hidden=2048, heads=16, vocab=51200, mlp="gelu", position="learned",
+            max_seq_len=4096, name="gpt-1.3b",
         )
     try:
         res = an.search(
@@ -620,21 +555,11 @@ def test_the_ranking_as_a_frame_with_units():
     assert f.attrs["units"]["memory"] == "GB" and f.attrs["stack"] == "megatron-core"
     for _, row in f.iterrows():
         lay = an.Layout(
-            tp=row["tp"],
-            cp=row["cp"],
-            pp=row["pp"],
-            dp=row["dp"],
-            zero=row["zero"],
-            recompute=row["recompute"],
-            schedule=row["schedule"],
-            sequence_parallel=row["tp"] > 1,
+            tp=row["tp"], cp=row["cp"], pp=row["pp"], dp=row["dp"], zero=row["zero"],
+            recompute=row["recompute"], schedule=row["schedule"], sequence_parallel=row["tp"] > 1,
         )
         plan = an.Plan(
-            "llama3-70b",
-            "h100-sxm",
-            lay,
-            seq_len=8192,
-            batch_tokens="4Mi",
+            "llama3-70b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
             microbatch_size=row["microbatch_size"],
         )
         assert row["step_time [s]"] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
@@ -673,16 +598,8 @@ def test_an_etp_search_folds_ep_past_dp(tmp_path, monkeypatch):
     where TP > 1, as Megatron-Core allows; every row carries ETP 1 and its numbers are Plan's."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     res = an.search(
-        "qwen3-30b-a3b",
-        HW,
-        gpus=32,
-        seq_len=4096,
-        global_batch=128,
-        etp=1,
-        zero=(1,),
-        recompute=("none",),
-        schedules=("1f1b",),
-        progress=False,
+        "qwen3-30b-a3b", HW, gpus=32, seq_len=4096, global_batch=128, etp=1, zero=(1,),
+        recompute=("none",), schedules=("1f1b",), progress=False,
     )
     _agrees(res, "qwen3-30b-a3b", 4096, 128)
     rows = [res.row(j) for j in range(len(res.arrays["tp"]))]
@@ -744,21 +661,11 @@ def test_every_layout_option_of_a_plan_is_searched_with(tmp_path, monkeypatch, k
 def test_a_layout_option_search_does_not_take_is_named():
     with pytest.raises(InputError, match="recompute_layers"):
         an.search(
-            "llama3-8b",
-            HW,
-            gpus=32,
-            seq_len=4096,
-            global_batch=128,
-            progress=False,
+            "llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False,
             layout_options={"recompute_layers": 4},
         )
     with pytest.raises(InputError, match="pin pp"):
         an.search(
-            "llama3-8b",
-            HW,
-            gpus=32,
-            seq_len=4096,
-            global_batch=128,
-            progress=False,
+            "llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False,
             layout_options={"first_stage_layers": 8},
         )

@@ -21,10 +21,7 @@ def test_strong_scaling_sweep_equals_plans(plan):
     r = an.sweep(plan, gpus=[4096, 8192, 16384])
     for g, t in zip(r["gpus"], r["step_time [s]"]):
         p = an.Plan(
-            plan.model,
-            plan.hardware,
-            plan.layout.replace(dp=int(g) // 128),
-            seq_len=8192,
+            plan.model, plan.hardware, plan.layout.replace(dp=int(g) // 128), seq_len=8192,
             global_batch=2048,
         )
         assert t == pytest.approx(p.step_time().magnitude, rel=1e-12)
@@ -93,27 +90,13 @@ def test_plots_render(tmp_path, kind):
         plots.bubble(8, out=out)
     elif kind == "scaling":
         plots.scaling(
-            m,
-            hw,
-            gpus=[8, 16],
-            seq_len=2048,
-            global_batch=64,
-            out=out,
-            zero=(1,),
-            recompute=("none",),
-            schedules=("1f1b",),
+            m, hw, gpus=[8, 16], seq_len=2048, global_batch=64, out=out, zero=(1,),
+            recompute=("none",), schedules=("1f1b",),
         )
     else:
         res = an.search(
-            m,
-            hw,
-            gpus=16,
-            seq_len=2048,
-            global_batch=64,
-            zero=(1, 3),
-            recompute=("none",),
-            schedules=("1f1b",),
-            progress=False,
+            m, hw, gpus=16, seq_len=2048, global_batch=64, zero=(1, 3), recompute=("none",),
+            schedules=("1f1b",), progress=False,
         )
         if kind == "memory":
             plots.memory(res, m, hw, seq_len=2048, global_batch=64, out=out)

@@ -28,13 +28,8 @@ def test_symbolic_plan_equals_numeric_plan(plan):
     """Leave dp free, substitute the plan's dp back: every quantity equals the numeric plan's."""
     lay = plan.layout
     sym_plan = an.Plan(
-        plan.model,
-        plan.hardware,
-        lay.replace(dp=an.sym("dp")),
-        seq_len=plan.seq_len,
-        global_batch=plan.global_batch,
-        microbatch_size=plan.microbatch_size,
-        dtype=plan.dtype,
+        plan.model, plan.hardware, lay.replace(dp=an.sym("dp")), seq_len=plan.seq_len,
+        global_batch=plan.global_batch, microbatch_size=plan.microbatch_size, dtype=plan.dtype,
     )
     for q in (
         "memory.total",
@@ -154,20 +149,14 @@ def test_derivative_sign_matches_numbers():
 
 def test_best_tp_compared_with_discrete_search():
     p = an.Plan(
-        an.model("llama3-70b"),
-        an.hardware("h100-sxm"),
-        an.Layout(tp=an.sym("tp"), dp=1, pp=1),
-        seq_len=4096,
-        global_batch=16,
+        an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=an.sym("tp"), dp=1, pp=1),
+        seq_len=4096, global_batch=16,
     )
     res = symbolic.optimise(p, "tp", fits=False, limit=8)
     times = {
         t: (
             an.Plan(
-                an.model("llama3-70b"),
-                an.hardware("h100-sxm"),
-                an.Layout(tp=t),
-                seq_len=4096,
+                an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=t), seq_len=4096,
                 global_batch=16,
             )
             .step_time()
@@ -259,12 +248,8 @@ def test_default_restart_is_a_synchronous_jobs_ten_minutes(docs):
         given["value"], rel=1e-9
     )
     p = an.Plan(
-        an.model("llama3-405b"),
-        an.hardware("h100-sxm"),
-        an.Layout(tp=8, pp=16, dp=64),
-        seq_len=8192,
-        global_batch=2048,
-        checkpoint_time="5 min",
+        an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=64),
+        seq_len=8192, global_batch=2048, checkpoint_time="5 min",
     )
     n = 8 * 16 * 64
     assert float(p.expr("goodput").value()) == pytest.approx(
@@ -470,9 +455,7 @@ def test_asynchronous_checkpoints_lose_their_write_window_as_a_longer_restart_wo
     tau = plan.expr("checkpoint_interval").value().to("s").magnitude
     goodput = float(plan.expr("goodput").value())
     synchronous = an.formula("reliability.daly.goodput").evaluate(
-        checkpoint_time=f"{delta} s",
-        mtbf=f"{mtbf} s",
-        checkpoint_interval=f"{tau} s",
+        checkpoint_time=f"{delta} s", mtbf=f"{mtbf} s", checkpoint_interval=f"{tau} s",
         restart_time=f"{restart + write} s",
     )
     assert goodput == pytest.approx(float(synchronous), rel=1e-12)

@@ -166,10 +166,7 @@ def test_symbolic_choices_take_only_their_indices():
         M8,
         H100,
         an.Layout(
-            tp=8,
-            sequence_parallel=True,
-            zero=an.sym("zero"),
-            recompute=an.sym("recompute"),
+            tp=8, sequence_parallel=True, zero=an.sym("zero"), recompute=an.sym("recompute"),
             schedule=an.sym("schedule"),
         ),
         seq_len=8192,
@@ -276,19 +273,8 @@ def test_cli_counts_are_exact_or_refused(flag, value):
 
 def test_cli_counts_with_suffixes_are_exact():
     code, out, _ = run(
-        "memory",
-        *STEP[:4],
-        "--gpus",
-        "8Ki",
-        "--tp",
-        "8",
-        "--pp",
-        "32",
-        "--seq",
-        "8192",
-        "--global-batch",
-        "1Ki",
-        "--json",
+        "memory", *STEP[:4], "--gpus", "8Ki", "--tp", "8", "--pp", "32", "--seq", "8192",
+        "--global-batch", "1Ki", "--json",
     )
     assert code == 0 and "note" not in out.split('"notes"')[0]
 
@@ -322,15 +308,8 @@ def test_interleaving_needs_a_pipeline():
 def test_an_expert_ffn_of_zero_is_refused_not_replaced():
     with pytest.raises(an.InputError, match="expert_ffn_hidden"):
         an.Model(
-            layers=2,
-            hidden=64,
-            heads=4,
-            vocab=100,
-            position="rope",
-            mlp="swiglu",
-            experts=8,
-            topk=2,
-            expert_ffn_hidden=0,
+            layers=2, hidden=64, heads=4, vocab=100, position="rope", mlp="swiglu", experts=8,
+            topk=2, expert_ffn_hidden=0,
         )
 
 
@@ -530,11 +509,8 @@ def test_what_a_flag_cannot_mean_is_one_line(argv, line):
 
 def test_a_search_limit_that_would_fill_memory_is_refused():
     plan = an.Plan(
-        an.model("llama3-8b"),
-        an.hardware("h100-sxm"),
-        an.Layout(tp=an.sym("tp"), dp=8),
-        seq_len=4096,
-        global_batch=64,
+        an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=an.sym("tp"), dp=8),
+        seq_len=4096, global_batch=64,
     )
     with pytest.raises(an.InputError, match="^limit: .*at most 4,194,304"):
         plan.best("tp", limit=2**40)
@@ -659,12 +635,7 @@ def test_search_asked_for_a_schedule_its_stack_does_not_run_says_so():
     (not a layout error about chunks)."""
     with pytest.raises(an.InputError, match="stack deepspeed runs 1f1b, not interleaved"):
         an.search(
-            "llama3-8b",
-            "a100-80g",
-            gpus=8,
-            seq_len=2048,
-            global_batch=64,
-            stack="deepspeed",
+            "llama3-8b", "a100-80g", gpus=8, seq_len=2048, global_batch=64, stack="deepspeed",
             schedules=("interleaved",),
         )
 
@@ -675,12 +646,7 @@ def test_megatrons_interleaving_takes_whole_layers_a_chunk():
     left out by search on their stacks, and taken on TorchTitan's, which splits stages unevenly;
     with the ends counted as layers the slots are what must divide."""
     m = an.Model(
-        layers=32,
-        hidden=1024,
-        heads=16,
-        vocab=32000,
-        position="rope",
-        mlp="swiglu",
+        layers=32, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu",
         ffn_hidden=2816,
     )
     kw = dict(seq_len=2048, global_batch=16)
@@ -750,12 +716,8 @@ def test_a_plan_without_a_stack_takes_its_platforms_default(hardware, stack):
         == stack
     )
     by_hand = an.Hardware(
-        "mine",
-        peaks={"bf16": "500 TFLOP/s"},
-        hbm="80 GB",
-        hbm_bandwidth="3 TB/s",
-        scale_up="400 GB/s",
-        scale_out="50 GB/s",
+        "mine", peaks={"bf16": "500 TFLOP/s"}, hbm="80 GB", hbm_bandwidth="3 TB/s",
+        scale_up="400 GB/s", scale_out="50 GB/s",
     )
     assert (
         by_hand.platform == ""

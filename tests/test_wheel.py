@@ -28,27 +28,13 @@ def test_an_installed_wheel_validates_and_derives(tmp_path):
         ROOT,
         src,
         ignore=shutil.ignore_patterns(
-            ".git",
-            "build",
-            "dist",
-            "*.egg-info",
-            "__pycache__",
-            ".hypothesis",
-            ".pytest_cache",
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache",
             ".ruff_cache",
         ),
     )
     built = _run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        str(src),
-        "--no-deps",
-        "--no-build-isolation",
-        "-q",
-        "-w",
-        str(tmp_path / "dist"),
+        sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
+        "-w", str(tmp_path / "dist"),
     )
     assert built.returncode == 0, built.stderr
     wheel = next((tmp_path / "dist").glob("analytic-*.whl"))
@@ -63,17 +49,8 @@ def test_an_installed_wheel_validates_and_derives(tmp_path):
         "\n".join(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     )
     installed = _run(
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        str(bin_ / "python"),
-        "install",
-        "-q",
-        "--no-deps",
-        "--no-compile",
-        "--disable-pip-version-check",
-        str(wheel),
+        sys.executable, "-m", "pip", "--python", str(bin_ / "python"), "install", "-q", "--no-deps",
+        "--no-compile", "--disable-pip-version-check", str(wheel),
     )
     assert installed.returncode == 0, installed.stderr
     empty = tmp_path / "elsewhere"

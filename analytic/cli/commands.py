@@ -106,10 +106,7 @@ def _story_rows(ln, every_source: bool) -> list[str]:
             rows[-1] += "   " + part
         else:
             rows += textwrap.wrap(
-                part,
-                STORY_WIDTH,
-                initial_indent=under,
-                subsequent_indent=under + "  ",
+                part, STORY_WIDTH, initial_indent=under, subsequent_indent=under + "  ",
                 break_long_words=False,
             )
     return rows
@@ -535,15 +532,8 @@ def cmd_search(args) -> int:
     model, hw, gpus, seq, gb, kw, note = search_inputs(args, "search", frozenset({"tokens"}))
     steps = None if args.tokens is None else count_flag(str(args.tokens), "tokens") / (gb * seq)
     res = search(
-        model,
-        hw,
-        gpus=gpus,
-        seq_len=seq,
-        global_batch=gb,
-        top=count_flag(args.top, "top"),
-        objective=args.objective,
-        at_limit=bool(args.at_limit),
-        **kw,
+        model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=count_flag(args.top, "top"),
+        objective=args.objective, at_limit=bool(args.at_limit), **kw,
     )
     several = isinstance(gpus, list)
     if not res.evaluated:

@@ -396,17 +396,9 @@ def build_plan(args) -> tuple[object, dict]:
         tokens = count_flag(str(tokens), "tokens")
     plan_kw |= _plan_options(get)
     plan = an.Plan(
-        model,
-        hw,
-        layout,
-        seq_len=seq,
-        global_batch=global_batch,
-        flash_attention=get("flash_attention"),
-        grad_dtype=get("grad_dtype"),
-        moment_dtype=get("moment_dtype"),
-        profile=get("profile"),
-        training_tokens=tokens,
-        **plan_kw,
+        model, hw, layout, seq_len=seq, global_batch=global_batch,
+        flash_attention=get("flash_attention"), grad_dtype=get("grad_dtype"),
+        moment_dtype=get("moment_dtype"), profile=get("profile"), training_tokens=tokens, **plan_kw,
         **links,
     )
     extra = {

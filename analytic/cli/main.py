@@ -73,10 +73,7 @@ def _layout_args(g) -> None:
     )
     g.add_argument("--zero", choices=[str(z) for z in ZERO_STAGES], help="ZeRO stage")
     g.add_argument(
-        "--sp",
-        dest="sequence_parallel",
-        action="store_true",
-        default=None,
+        "--sp", dest="sequence_parallel", action="store_true", default=None,
         help="sequence parallelism",
     )
     g.add_argument(

@@ -305,14 +305,9 @@ class Formula:
         """∂/∂keyword, in ``unit / unit(keyword)``."""
         s = _symbols.sym(keyword)
         return Formula(
-            f"∂({self.name})/∂{keyword}",
-            sympy.diff(self.expr, s),
-            self.unit / _symbols.info(keyword).unit,
-            self.source,
-            self.assumptions,
-            coefficient_unit=None,
-            domain=self.domain,
-            sources=self.sources,
+            f"∂({self.name})/∂{keyword}", sympy.diff(self.expr, s),
+            self.unit / _symbols.info(keyword).unit, self.source, self.assumptions,
+            coefficient_unit=None, domain=self.domain, sources=self.sources,
             source_conditions=self.source_conditions,
         )
 

@@ -183,11 +183,7 @@ def _fit(cases: list[Case], start: dict | None = None):
         )
 
     res = least_squares(
-        lambda x: weights * log_errors(x),
-        x0,
-        bounds=(lo, hi),
-        method="trf",
-        loss=LOSS,
+        lambda x: weights * log_errors(x), x0, bounds=(lo, hi), method="trf", loss=LOSS,
         f_scale=F_SCALE,
     )
     constants = _constants(names, res.x)
@@ -320,12 +316,8 @@ def load_cases(path: Path) -> list[Case]:
             continue
         out.append(
             Case(
-                c["id"],
-                c["plan"],
-                c["metric"],
-                c.get("convention", "6nd"),
-                as_quantity("published", c["published"]),
-                in_fit=c.get("in_fit", True),
+                c["id"], c["plan"], c["metric"], c.get("convention", "6nd"),
+                as_quantity("published", c["published"]), in_fit=c.get("in_fit", True),
                 group=c.get("group", ""),
             )
         )

@@ -141,28 +141,13 @@ class Plan:
         **overrides,
     ):
         self._in = inp = Inputs(
-            model,
-            hardware,
-            layout,
-            seq_len=seq_len,
-            global_batch=global_batch,
-            microbatch_size=microbatch_size,
-            dtype=dtype,
-            batch_tokens=batch_tokens,
-            flash_attention=flash_attention,
-            training_tokens=training_tokens,
-            allow_cross_node_tp=allow_cross_node_tp,
-            grad_dtype=grad_dtype,
-            moment_dtype=moment_dtype,
-            stack=stack,
-            optimizer=optimizer,
-            fp8_recipe=fp8_recipe,
-            dispatcher=dispatcher,
-            bf16_layers=bf16_layers,
-            expert_capacity=expert_capacity,
-            pad_to_capacity=pad_to_capacity,
-            profile=profile,
-            **overrides,
+            model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
+            microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
+            flash_attention=flash_attention, training_tokens=training_tokens,
+            allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype,
+            moment_dtype=moment_dtype, stack=stack, optimizer=optimizer, fp8_recipe=fp8_recipe,
+            dispatcher=dispatcher, bf16_layers=bf16_layers, expert_capacity=expert_capacity,
+            pad_to_capacity=pad_to_capacity, profile=profile, **overrides,
         )
         self.model, self.hardware, self.layout = inp.model, inp.hardware, inp.layout
         self.dtype, self.flash_attention, self.overrides, self.notes = (
@@ -471,12 +456,8 @@ class Plan:
             for k in ("hbm", "outside_bytes")
         )
         return Memory(
-            **parts,
-            hbm=hbm,
-            outside=outside,
-            logits=self.value("memory.logits"),
-            loss=self.value("memory.loss"),
-            stage=worst,
+            **parts, hbm=hbm, outside=outside, logits=self.value("memory.logits"),
+            loss=self.value("memory.loss"), stage=worst,
         )
 
     def memory_by_stage(self) -> list[Memory]:

@@ -139,17 +139,9 @@ class Inputs:
         # presets/stacks.toml, sources checked
         self.stack_properties = props = read_stack(self.stack)
         refusal = stack_refusal(
-            self.stack,
-            props,
-            dtype=self.dtype,
-            schedule=layout.schedule,
-            cp=layout.cp,
-            pp=layout.pp,
-            zero=layout.zero,
-            vpp=layout.vpp,
-            layers=model.layers,
-            uneven=layout.uneven,
-            hardware=hardware,
+            self.stack, props, dtype=self.dtype, schedule=layout.schedule, cp=layout.cp,
+            pp=layout.pp, zero=layout.zero, vpp=layout.vpp, layers=model.layers,
+            uneven=layout.uneven, hardware=hardware,
         )
         if refusal:
             raise InputError(refusal)
@@ -390,10 +382,7 @@ class Inputs:
         (ZeRO-1), on the device."""
         self.optimizer = choice("optimizer", optimizer, OPTIMIZERS)
         refusal = optimizer_refusal(
-            self.stack,
-            self.stack_properties,
-            self.optimizer,
-            self.layout.zero,
+            self.stack, self.stack_properties, self.optimizer, self.layout.zero,
             bool(self.layout.offload_optimizer),
         )
         if refusal:
@@ -551,10 +540,8 @@ class Inputs:
         if lay.etp is not None:
             out["etp"] = lay.etp
         out.update(
-            seq_len=self.seq_len,
-            microbatch_size=self.microbatch_size,
-            global_batch=self.global_batch,
-            comm_sms=lay.comm_sms,
+            seq_len=self.seq_len, microbatch_size=self.microbatch_size,
+            global_batch=self.global_batch, comm_sms=lay.comm_sms,
         )
         key = (
             id(self.hardware),

@@ -303,16 +303,8 @@ class Model:
         """A GPT/Megatron-style model in one line: learned positions, GELU MLP of 4h, LayerNorm,
         biases, tied embeddings, vocabulary 51,200 (Narayanan et al. 2021 §5.1)."""
         return cls(
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            vocab=vocab,
-            mlp="gelu",
-            position="learned",
-            max_seq_len=seq_len,
-            tied_embeddings=True,
-            name=name,
-            **overrides,
+            layers=layers, hidden=hidden, heads=heads, vocab=vocab, mlp="gelu", position="learned",
+            max_seq_len=seq_len, tied_embeddings=True, name=name, **overrides,
         )
 
     @classmethod
@@ -460,11 +452,8 @@ class Model:
             out["max_seq_len"] = self.max_seq_len
         if self.is_moe:
             out.update(
-                experts=self.experts,
-                shared_experts=self.shared_experts,
-                topk=self.topk,
-                expert_ffn_hidden=self.expert_ffn_hidden,
-                moe_layers=self.moe_layers,
+                experts=self.experts, shared_experts=self.shared_experts, topk=self.topk,
+                expert_ffn_hidden=self.expert_ffn_hidden, moe_layers=self.moe_layers,
             )
         if self.attention == "mla":
             out.update(
@@ -476,11 +465,8 @@ class Model:
             out["expert_width"] = self.moe_latent or self.hidden
         if self.mamba_blocks:
             out.update(
-                ssm_heads=self.ssm_heads,
-                ssm_head_dim=self.ssm_head_dim,
-                ssm_state=self.ssm_state,
-                ssm_groups=self.ssm_groups,
-                ssm_conv=self.ssm_conv,
+                ssm_heads=self.ssm_heads, ssm_head_dim=self.ssm_head_dim, ssm_state=self.ssm_state,
+                ssm_groups=self.ssm_groups, ssm_conv=self.ssm_conv,
             )
         return out
 

@@ -33,15 +33,8 @@ from .transformer import Transformer
 
 #: a Llama of four blocks that a CPU runs in seconds; its vocabulary is given to :func:`tiny`
 TINY = dict(
-    layers=4,
-    hidden=256,
-    heads=4,
-    kv_heads=4,
-    ffn_hidden=704,
-    mlp="swiglu",
-    position="rope",
-    norm="rmsnorm",
-    bias=False,
+    layers=4, hidden=256, heads=4, kv_heads=4, ffn_hidden=704, mlp="swiglu", position="rope",
+    norm="rmsnorm", bias=False,
 )
 
 
@@ -302,11 +295,8 @@ def compare(
     The count has one ZeRO-3 working set for every wrapping: two blocks' parameters and one's
     gradients."""
     kw = dict(
-        seq_len=seq_len,
-        microbatch_size=microbatch_size,
-        microbatches=microbatches,
-        recompute=recompute,
-        stack=stack,
+        seq_len=seq_len, microbatch_size=microbatch_size, microbatches=microbatches,
+        recompute=recompute, stack=stack,
     )
     got = (
         measure(model, device=device, wrapping=wrapping, **kw)
@@ -352,15 +342,8 @@ def main(argv=None) -> int:
     if a.device == "cuda" and ranks > 1:
         ap.exit(2, f"--ranks: the GPU check runs on one device, got {ranks}\n")
     rows = compare(
-        tiny(vocab, seq),
-        seq_len=seq,
-        microbatch_size=size,
-        microbatches=count,
-        recompute=a.recompute,
-        stack=a.stack,
-        device=a.device,
-        ranks=ranks,
-        wrapping=a.wrapping,
+        tiny(vocab, seq), seq_len=seq, microbatch_size=size, microbatches=count,
+        recompute=a.recompute, stack=a.stack, device=a.device, ranks=ranks, wrapping=a.wrapping,
     )
     where = a.device if ranks == 1 else f"{ranks} CPU processes (rank 0's)"
     print(
@@ -413,16 +396,8 @@ def _parser(counts: dict):
 def _write(a, rows, ranks, vocab, seq, size, count) -> None:
     """The comparison and its configuration, as JSON to the file ``--json`` names."""
     config = dict(
-        device=a.device,
-        ranks=ranks,
-        vocab=vocab,
-        seq_len=seq,
-        microbatch_size=size,
-        microbatches=count,
-        recompute=a.recompute,
-        stack=a.stack,
-        wrapping=a.wrapping,
-        model=TINY,
+        device=a.device, ranks=ranks, vocab=vocab, seq_len=seq, microbatch_size=size,
+        microbatches=count, recompute=a.recompute, stack=a.stack, wrapping=a.wrapping, model=TINY,
     )
     Path(a.json).write_text(
         json.dumps(

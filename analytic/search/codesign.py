@@ -221,13 +221,7 @@ def _chunk(
     rows, evaluated = [], 0
     for index, values, hw in hardware_points:
         res = search(
-            model,
-            hw,
-            gpus=gpus,
-            seq_len=seq_len,
-            global_batch=global_batch,
-            progress=False,
-            top=1,
+            model, hw, gpus=gpus, seq_len=seq_len, global_batch=global_batch, progress=False, top=1,
             **search_kw,
         )
         evaluated += res.evaluated

@@ -105,10 +105,7 @@ class Ranked:
             if v is not None
         }
         return Plan(
-            model,
-            hardware,
-            self.layout,
-            microbatch_size=self.microbatch_size,
+            model, hardware, self.layout, microbatch_size=self.microbatch_size,
             **{"stack": self.stack, **given, **kw},
         )
 
@@ -553,14 +550,7 @@ def _arguments(**given) -> SimpleNamespace:
         )
     )
     q.zero, q.recompute, q.schedules = _stack_runs(
-        q.stack,
-        q.props,
-        q.model,
-        q.hardware,
-        q.dtype,
-        q.flash_attention,
-        q.zero,
-        q.recompute,
+        q.stack, q.props, q.model, q.hardware, q.dtype, q.flash_attention, q.zero, q.recompute,
         q.schedules,
     )
     q.microbatch_sizes, q.vpps = (
@@ -600,34 +590,13 @@ def _ranked(q: SimpleNamespace, start: float) -> SearchResult:
         layout_options=q.layout_options,
     )
     arrays = _layouts(
-        q.model,
-        q.hardware,
-        q.props,
-        q.counts,
-        seq_len=q.seq_len,
-        global_batch=q.global_batch,
-        microbatch_sizes=q.microbatch_sizes,
-        max_tp=q.max_tp,
-        max_cp=q.max_cp,
-        pins=q.pins,
-        etp=counted.get("etp"),
-        explicit="pp" in counted,
-        **narrowed,
+        q.model, q.hardware, q.props, q.counts, seq_len=q.seq_len, global_batch=q.global_batch,
+        microbatch_sizes=q.microbatch_sizes, max_tp=q.max_tp, max_cp=q.max_cp, pins=q.pins,
+        etp=counted.get("etp"), explicit="pp" in counted, **narrowed,
     )
     out, built = _evaluated(
-        arrays,
-        q.progress,
-        q.model,
-        q.hardware,
-        q.seq_len,
-        q.global_batch,
-        q.dtype,
-        q.flash_attention,
-        q.async_tp,
-        q.comm_sms,
-        q.zero3_gather,
-        q.stack,
-        counted,
+        arrays, q.progress, q.model, q.hardware, q.seq_len, q.global_batch, q.dtype,
+        q.flash_attention, q.async_tp, q.comm_sms, q.zero3_gather, q.stack, counted,
     )
     outside = _judged(
         arrays, out, q.hardware, q.dtype, q.global_batch * q.seq_len, q.allocator, q.outside_bytes
@@ -913,19 +882,8 @@ def _evaluated(
             if not len(rows):  # nothing to compile for when no layout of the kind is valid
                 continue
             fn, new = _compiled(
-                model,
-                hardware,
-                seq_len,
-                global_batch,
-                dtype,
-                flash_attention,
-                async_tp,
-                comm_sms,
-                zero3_gather,
-                stack,
-                note,
-                sequence_parallel=sp,
-                counted=counted,
+                model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                zero3_gather, stack, note, sequence_parallel=sp, counted=counted,
             )
             drawn.set_description_str("search")
             built = built or new
