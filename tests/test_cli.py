@@ -1499,22 +1499,10 @@ def test_the_story_is_the_same_from_expressions_and_from_programs(tmp_path):
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
     argv = [
         sys.executable,
-        "-m",
-        "analytic.cli",
-        "step",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "16",
-        "--tp",
-        "2",
-        "--seq",
-        "2048",
-        "--global-batch",
-        "64",
-        "--json",
+        *(
+            "-m analytic.cli step --model llama3-8b --hardware h100-sxm --gpus 16 --tp 2 --seq"
+            " 2048 --global-batch 64 --json"
+        ).split(),
     ]
     runs = [
         json.loads(

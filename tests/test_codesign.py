@@ -405,23 +405,10 @@ def test_progress_on_a_narrow_terminal_fits_its_width():
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 20, 0, 0))
     argv = [
         sys.executable,
-        "-m",
-        "analytic.cli",
-        "codesign",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "64",
-        "--seq",
-        "4096",
-        "--global-batch",
-        "64",
-        "--vary",
-        "hbm=40GB,60GB,80GB",
-        "--scheduler",
-        "synchronous",
+        *(
+            "-m analytic.cli codesign --model llama3-8b --hardware h100-sxm --gpus 64 --seq 4096"
+            " --global-batch 64 --vary hbm=40GB,60GB,80GB --scheduler synchronous"
+        ).split(),
     ]
     done = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=follower, env={**os.environ, "COLUMNS": "20"}

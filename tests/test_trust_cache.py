@@ -245,40 +245,17 @@ def test_processes_sharing_an_empty_cache_agree_and_leave_only_whole_entries(tmp
     alone = {**env, "ANALYTIC_CACHE": str(tmp_path / "alone")}
     search = [
         sys.executable,
-        "-m",
-        "analytic.cli",
-        "search",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "16",
-        "--seq",
-        "2048",
-        "--global-batch",
-        "64",
-        "--json",
-        "--quiet",
+        *(
+            "-m analytic.cli search --model llama3-8b --hardware h100-sxm --gpus 16 --seq 2048"
+            " --global-batch 64 --json --quiet"
+        ).split(),
     ]
     step = [
         sys.executable,
-        "-m",
-        "analytic.cli",
-        "step",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-sxm",
-        "--gpus",
-        "16",
-        "--tp",
-        "2",
-        "--seq",
-        "2048",
-        "--global-batch",
-        "64",
-        "--json",
+        *(
+            "-m analytic.cli step --model llama3-8b --hardware h100-sxm --gpus 16 --tp 2 --seq"
+            " 2048 --global-batch 64 --json"
+        ).split(),
     ]
     runs = [
         subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
