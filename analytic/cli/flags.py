@@ -476,9 +476,8 @@ def _layout_kwargs(get, tp, pp, dp, cp, ep, vpp) -> dict:
 
 def _plan_options(get) -> dict:
     """The Plan's keywords of precision, optimizer, MoE and TP placement that were typed."""
-    plan_kw = {}
     chosen = ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher", "routing_imbalance")
-    plan_kw |= {k: get(k) for k in chosen if get(k) is not None}
+    plan_kw = {k: get(k) for k in chosen if get(k) is not None}
     plan_kw |= bf16_layers_flag(get("bf16_layers")) | capacity_flag(
         get("expert_capacity"), get("drop_beyond_capacity")
     )

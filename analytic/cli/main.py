@@ -19,6 +19,7 @@ from ..core.choices import (
     RECOMPUTE,
     RECOMPUTE_MODULES,
     SCHEDULES,
+    SOLVE_QUESTIONS,
     ZERO3_GATHERS,
     ZERO_STAGES,
 )
@@ -385,7 +386,7 @@ def _solve_parser(sub) -> None:
         ),
         allow_abbrev=False,
     )
-    p.add_argument("question", choices=["smallest", "bubble", "mfu", "tp-break-even"])
+    p.add_argument("question", choices=SOLVE_QUESTIONS)
     p.add_argument(
         "--free",
         choices=["tp", "pp", "dp", "cp", "ep"],

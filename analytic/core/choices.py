@@ -102,6 +102,8 @@ TIME_PARTS = (*OP_CLASSES, "bubble", "imbalance", "tp", "cp", "pp", "dp", "ep")
 ZERO3_GATHERS = ("per-block", "per-tensor")
 #: what layout search and plan.best() optimise: the predicted step time, the cost in GPU-seconds per
 #: token (step time × GPUs / tokens per step) or the predicted MFU (6·N·D, largest first)
+#: the questions `analytic solve` answers
+SOLVE_QUESTIONS = ("smallest", "bubble", "mfu", "tp-break-even")
 OBJECTIVES = ("step_time", "cost", "mfu")
 #: what a co-design sweep ranks a point's layouts by: search's objectives, and the most memory left
 #: free

@@ -171,13 +171,7 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     name)."""
     d = {k: int(a[k][j]) for k in INPUTS}
     layout = Layout(
-        tp=d["tp"],
-        pp=d["pp"],
-        dp=d["dp"],
-        cp=d["cp"],
-        ep=d["ep"],
-        vpp=d["vpp"],
-        zero=d["zero"],
+        **{k: d[k] for k in (*DEGREES[:-1], "zero")},
         sequence_parallel=sequence_parallel_default(d["tp"]),
         async_tp=stack["async_tp"] and d["tp"] > 1,
         comm_sms=stack["comm_sms"],
