@@ -49,6 +49,7 @@ TESTS = [
     "tests/test_sweep_and_plots.py",
     "derivations/test_derivations.py",
     "tests/test_strategies.py",
+    "tests/test_overlap.py",
     "tests/test_fuzz.py",
     "tests/test_reference_calibrate.py",
     "tests/test_plan.py",

@@ -297,6 +297,7 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
         "compute.flops_per_token_megatron_core.mla",
         "compute.megatron_core_mamba_flops_per_token",
         "model.params.router",
+        "parallelism.overlap",
     )
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]

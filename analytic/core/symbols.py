@@ -381,7 +381,20 @@ _TABLE = [
         "fraction",
         "share of a NIC's bandwidth NCCL's rings reach",
     ),
-    ("overlap", "phi", "", "fraction0", "fraction of a communication window hidden behind compute"),
+    (
+        "overlap",
+        "phi",
+        "",
+        "fraction0",
+        "share of overlapped traffic's time that costs the compute beside it nothing",
+    ),
+    (
+        "comm_ctas",
+        "N_cta",
+        "",
+        "count0",
+        "SMs a collective's kernel holds while it runs (NCCL's CTAs)",
+    ),
     # collectives
     (
         "message",

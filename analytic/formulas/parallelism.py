@@ -298,3 +298,20 @@ define(
     ("node-limited routing to M nodes",),
     "experts a token can reach at no more IB traffic",
 )
+N_cta, N_sm = S("comm_ctas", "sms")
+define(
+    "parallelism.overlap",
+    1 - N_cta / N_sm,
+    "",
+    "NVIDIA/nccl issue 689, sjeaugey (NVIDIA), 2023: NCCL's CTAs, one a channel, 'won't share an"
+    " SM with compute kernels'; derived: compute of W seconds beside a collective of T ≤ W"
+    " seconds runs T seconds on N_SM − N_cta of N_SM SMs, so it ends T·N_cta/N_SM later",
+    (
+        "the compute beside the collective runs at the rate of the SMs left to it (its waves spread"
+        " over them: no tail effect of a single-wave GEMM)",
+        "the collective's HBM traffic is not charged (a NIC's 50 GB/s is about 1% of HBM's)",
+        "with SMs reserved for communication for the whole step (comm_sms), the collectives run"
+        " on those and φ = 1",
+    ),
+    "share of overlapped traffic's time that costs the compute beside it nothing",
+)

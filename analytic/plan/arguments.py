@@ -32,11 +32,11 @@ OVERRIDES = (
     "matmul_efficiency_16", "stack_efficiency", "link_efficiency", "latency", "overlap",
     "interruption_rate", "routing_imbalance", "checkpoint_time", "restart_time",
     "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
-    "attention_efficiency", "attention_factor", "tile_m", "tile_n"
+    "attention_efficiency", "attention_factor", "tile_m", "tile_n", "comm_ctas"
 )
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens",
              "flash_attention", "training_tokens", "allow_cross_node_tp", "grad_dtype",
              "moment_dtype", "stack", "profile", "optimizer", "fp8_recipe", "dispatcher",
              "bf16_layers", "expert_capacity", "pad_to_capacity")
 #: the constants of the predictive model that come with the stack's calibration
-CALIBRATED = ("stack_efficiency", "overlap", "attention_factor")
+CALIBRATED = ("stack_efficiency", "attention_factor")

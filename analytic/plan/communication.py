@@ -239,7 +239,7 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
     m, lay = inp.model, inp.deg
     routed = m.routed_expert_tensors
     tensors = (ratio(m.block_tensors - routed, lay.pp), ratio(routed, lay.pp * lay.ep))
-    out = {**_none(), "blocking": ZERO_T}
+    out = {**_none(), "blocking": ZERO_T, "edge": ZERO_T}
     for (local, size, stride_), local_tensors in zip(
         replica_groups(inp, params), tensors, strict=True
     ):
@@ -284,6 +284,14 @@ def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) 
         )
         values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
         out[k] = cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
+    # one bucket of the last reduction and of the first gather has no compute beside it: each
+    # microbatch's where ZeRO-3 gathers per microbatch (its first block waits for its gather, queued
+    # behind the last block's reduce-scatter), else the step's
+    first = ZERO_T if lay.per_tensor_gathers else ag["time"]  # (per-tensor gathers: blocking)
+    values = ((rs["time"] + first) * mb, rs["time"] + ag["time"], rs["time"] + ag["time"],
+              ar["time"])
+    regimes = (c for _, c in lay.dp_regimes)
+    out["edge"] = cases("edge", "s", *zip((v / buckets for v in values), regimes, strict=True))
     if lay.per_tensor_gathers:
         values = (
             ag3["time"] * gathers * mb,

@@ -574,6 +574,7 @@ class Inputs:
         key)."""
         from ..presets import (
             llama3_interruption_rate,
+            nccl_ctas,
             nccl_efficiency,
             nccl_latency,
             synchronous_restart_time,
@@ -603,6 +604,9 @@ class Inputs:
             "outside_bytes", lambda: outside_floor(self.stack_properties["allocator"])
         )
         out["sms"] = pick("sms", lambda: hw.sms)
+        out["overlap"] = pick(
+            "overlap", lambda: self._overlap(out["sms"], pick("comm_ctas", nccl_ctas))
+        )
         out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
         out["scale_up_domain"] = pick("scale_up_domain", lambda: self.scale_up_domain)
         out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
@@ -644,6 +648,25 @@ class Inputs:
         out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Quantity(0, "s"))
         out["checkpoint_time"] = ov.get("checkpoint_time")
         return out
+
+    def _overlap(self, sms, ctas):
+        """φ from the SMs a collective's kernel holds of the device's (``parallelism.overlap``);
+        1 where the device has no SM count (noted)."""
+        from ..formulas import formula
+
+        hw = self.hardware
+        if sms is None:
+            self._note(
+                f"{hw.key or hw.name}: no SM count, so overlapped collectives are taken to cost the"
+                " compute beside them nothing (overlap φ = 1)"
+            )
+            return 1
+        if is_number(sms) and is_number(ctas) and ctas >= sms:
+            raise InputError(
+                f"comm_ctas: {ctas} SMs held by a collective leave none of the {sms} of"
+                f" {hw.key or hw.name} to the compute beside it; pass Plan(..., comm_ctas=...)"
+            )
+        return formula("parallelism.overlap").bind({"comm_ctas": ctas, "sms": sms}).term
 
     def _matmul_ceiling(self, dtype: str):
         """The device's measured GEMM ceiling over its peak for ``dtype``, else the one pooled over

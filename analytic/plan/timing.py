@@ -3,7 +3,7 @@ communication each axis leaves exposed — summed into the step time."""
 
 from __future__ import annotations
 
-from ..core.algebra import Max
+from ..core.algebra import Gt, Max
 from ..core.choices import TIME_PARTS as PARTS
 from ..core.composition import cases, composed
 from ..core.formula import Formula
@@ -75,7 +75,8 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     compute = ops["gemm"] + ops["attention"] + ops["memory_bound"]
     bubble = bubble_time(inp, compute)
     inp.require_times()
-    phi = inp.need("overlap")
+    # SMs set apart for communication for the whole step hold the collectives: none beside compute
+    phi = cases("overlap", "", (1, Gt(lay.comm_sms, 0)), (inp.need("overlap"), True)).term
     # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
     # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before
     # the attention that needs them: exposed in the critical path (Llama 3 §3.3.2)
@@ -95,26 +96,30 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     # the next step's first one (per-tensor ZeRO-3 gathers block: exposed in full)
     per_microbatch = lay.dp_regimes[1][1]  # ZeRO ≥ 2 without a pipeline
     chunk = compute / (inp.microbatches * lay.vpp)
-    window = cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
-    blocking = comm["dp"]["blocking"]
-    out["dp"] = composed(
-        "dp",
-        Max(0, (comm["dp"]["time"] - blocking).term - window.term) + blocking.term,
-        "s",
-        comm["dp"]["time"],
-        blocking,
-        window,
-    )
+    window = cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True))
+    blocking, edge = comm["dp"]["blocking"], comm["dp"]["edge"]
+    out["dp"] = beside("dp", comm["dp"]["time"] - blocking - edge, window, phi) + edge + blocking
     out["dp_window"] = window
     # the all-to-all sits between the router and the experts' GEMMs that consume it: exposed, unless
     # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1)
-    hidden_behind_pair = composed(
-        "ep", Max(0, comm["ep"]["time"].term - compute.term), "s", comm["ep"]["time"], compute
-    )
     out["ep"] = cases(
-        "ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"], True)
+        "ep",
+        "s",
+        (beside("ep", comm["ep"]["time"], compute, phi), lay.schedule_is("dualpipe")),
+        (comm["ep"]["time"], True),
     )
     return out
+
+
+def beside(name: str, traffic: Formula, window: Formula, phi) -> Formula:
+    """What ``traffic`` overlapped with ``window`` of compute adds to the step: the compute runs
+    slowed by the SMs the collectives' kernels hold while they run, (1 − φ) of the traffic's time
+    (``parallelism.overlap``), unless the traffic outlasts the window, ``traffic − window``, the
+    compute hidden behind it instead (exact for equal blocks: each takes the larger of its
+    collective and its compute slowed beside it)."""
+    return composed(
+        name, Max(traffic.term * (1 - phi), traffic.term - window.term), "s", traffic, window
+    )
 
 
 def why_exposed(lay) -> dict:
@@ -122,22 +127,23 @@ def why_exposed(lay) -> dict:
     Degrees ``lay`` (its conditions decided)."""
     dualpipe, whole_step = lay.schedule_is("dualpipe"), lay.dp_regimes[1][1]
     dp = (
-        "what exceeds the step's compute, behind which ZeRO ≥ 2 without a pipeline reduces block "
-        "by block"
+        "the larger of what outlasts the step's compute (ZeRO ≥ 2 without a pipeline reduces block"
+        " by block) and the SMs its kernels take from it"
         if whole_step
-        else "what exceeds the last microbatch's compute, behind which the gradients reduce"
-    )
+        else "the larger of what outlasts the last microbatch's compute (the gradients reduce"
+        " behind it) and the SMs its kernels take from it"
+    ) + "; one bucket's first gather and last reduction"
     return {
         "tp": (
-            "what the overlap φ leaves beside async TP's split GEMMs"
+            "the SMs its kernels take from async TP's split GEMMs beside it (1 − φ)"
             if lay.async_tp
             else "between the GEMMs that produce and consume it, no async TP"
         ),
         "cp": "K and V gathered before the attention that needs them",
-        "pp": "what the overlap φ leaves of the stages' transfers",
+        "pp": "the SMs the stages' transfers take from the compute beside them (1 − φ)",
         "dp": dp + ("; per-tensor ZeRO-3 gathers block" if lay.per_tensor_gathers else ""),
         "ep": (
-            "what exceeds the paired chunk's compute, DualPipe's"
+            "what exceeds the paired chunk's compute, DualPipe's, or the SMs it takes from it"
             if dualpipe
             else "between the router and the experts' GEMMs that consume it, no DualPipe"
         ),

@@ -256,20 +256,16 @@ def _calibration_file() -> dict:
 
 def calibration(stack_name: str) -> Calibration:
     """The fitted constants of ``stack_name``'s family (its ``efficiency`` property), or the pooled
-    ones where no source of that family is fitted; without a calibration file, the overlap alone
-    (the fitted constants None)."""
+    ones where no source of that family is fitted; without a calibration file, they are None."""
     data = _calibration_file()
     family = stack(stack_name)["efficiency"]
     if "stack_efficiency" not in data:
-        return Calibration(
-            stack_efficiency=None, attention_factor=None, overlap=overlap_fraction(), key=family
-        )
+        return Calibration(stack_efficiency=None, attention_factor=None, key=family)
     fitted, errors = data["stack_efficiency"], data.get("stack_efficiency_stderr", {})
     spread = data.get("interval", {})
     pooled = family not in fitted
     return Calibration(
         stack_efficiency=fitted["default" if pooled else family],
-        overlap=overlap_fraction(),
         attention_factor=data["shared"]["attention_factor"],
         provenance=data.get("provenance", {}).get("summary", ""),
         interval=(spread["low"], spread["high"]) if spread else None,
@@ -416,10 +412,9 @@ def nccl_efficiency(link: str) -> float:
     return value
 
 
-def overlap_fraction() -> float:
-    """The share of a window of compute that overlapped traffic hides in, from collectives.toml
-    (fixed, not fitted)."""
-    value, _ = _sourced("overlap", "fraction", _collective_tables()["overlap"]["fraction"])
+def nccl_ctas() -> int:
+    """The SMs a collective's kernel holds while it runs (NCCL's CTAs), from collectives.toml."""
+    value, _ = _sourced("nccl", "ctas", _collective_tables()["nccl"]["ctas"])
     return value
 
 

@@ -67,10 +67,9 @@ class Ceiling:
 class Calibration:
     """Constants of the predictive step-time model for one software stack: its efficiency (the share
     of the op-level ideal it realises) and the attention factor, fitted by ``analytic calibrate
-    --published``; the overlap fixed from presets/collectives.toml."""
+    --published``."""
 
     stack_efficiency: float | None
-    overlap: float
     attention_factor: float | None = 1.0
     provenance: str = ""
     interval: tuple[float, float] | None = (
