@@ -298,6 +298,7 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
         "compute.megatron_core_mamba_flops_per_token",
         "model.params.router",
         "parallelism.overlap",
+        "parallelism.overlapped_exposed_time",
     )
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]

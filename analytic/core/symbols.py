@@ -395,6 +395,14 @@ _TABLE = [
         "count0",
         "SMs a collective's kernel holds while it runs (NCCL's CTAs)",
     ),
+    (
+        "comm_time",
+        "T_c",
+        "s",
+        "nonnegative",
+        "time of a step's overlapped collectives on their links",
+    ),
+    ("comm_window", "W_c", "s", "nonnegative", "compute the overlapped collectives run beside"),
     # collectives
     (
         "message",

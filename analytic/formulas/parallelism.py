@@ -1,6 +1,7 @@
 """What each parallel axis sends: DP gradients, TP all-reduces, PP boundaries, CP blocks, EP
 tokens."""
 
+from ..core.algebra import Max
 from ._catalogue import S, define
 
 Psi, e, s, b, h = S("params", "element_bytes", "seq_len", "microbatch_size", "hidden")
@@ -314,4 +315,19 @@ define(
         " on those and φ = 1",
     ),
     "share of overlapped traffic's time that costs the compute beside it nothing",
+)
+T_c, W_c, phi = S("comm_time", "comm_window", "overlap")
+define(
+    "parallelism.overlapped_exposed_time",
+    Max(T_c * (1 - phi), T_c - W_c),
+    "s",
+    "derived: blocks of equal compute w and collectives t, each collective beside the compute of"
+    " its block, take max(t, w + (1 − φ)·t) each; summed, the step is W + max(T·(1 − φ), T − W)"
+    " (analytic.reference.streams simulates FSDP's two streams: tests/test_overlap.py)",
+    (
+        "the collectives' time spread over the window as its compute is (equal blocks)",
+        "φ: the share of a collective's time that costs the compute beside it nothing"
+        " (parallelism.overlap)",
+    ),
+    "time overlapped collectives add to the step beside a window of compute",
 )

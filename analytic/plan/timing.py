@@ -98,27 +98,24 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     chunk = compute / (inp.microbatches * lay.vpp)
     window = cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True))
     blocking, edge = comm["dp"]["blocking"], comm["dp"]["edge"]
-    out["dp"] = beside("dp", comm["dp"]["time"] - blocking - edge, window, phi) + edge + blocking
+    out["dp"] = beside(inp, comm["dp"]["time"] - blocking - edge, window, phi) + edge + blocking
     out["dp_window"] = window
     # the all-to-all sits between the router and the experts' GEMMs that consume it: exposed, unless
     # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1)
     out["ep"] = cases(
         "ep",
         "s",
-        (beside("ep", comm["ep"]["time"], compute, phi), lay.schedule_is("dualpipe")),
+        (beside(inp, comm["ep"]["time"], compute, phi), lay.schedule_is("dualpipe")),
         (comm["ep"]["time"], True),
     )
     return out
 
 
-def beside(name: str, traffic: Formula, window: Formula, phi) -> Formula:
-    """What ``traffic`` overlapped with ``window`` of compute adds to the step: the compute runs
-    slowed by the SMs the collectives' kernels hold while they run, (1 − φ) of the traffic's time
-    (``parallelism.overlap``), unless the traffic outlasts the window, ``traffic − window``, the
-    compute hidden behind it instead (exact for equal blocks: each takes the larger of its
-    collective and its compute slowed beside it)."""
-    return composed(
-        name, Max(traffic.term * (1 - phi), traffic.term - window.term), "s", traffic, window
+def beside(inp: Inputs, traffic: Formula, window: Formula, phi) -> Formula:
+    """What ``traffic`` overlapped with ``window`` of compute adds to the step
+    (``parallelism.overlapped_exposed_time``)."""
+    return inp.f(
+        "parallelism.overlapped_exposed_time", comm_time=traffic, comm_window=window, overlap=phi
     )
 
 
