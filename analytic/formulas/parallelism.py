@@ -321,8 +321,9 @@ define(
     "parallelism.overlapped_exposed_time",
     Max(T_c * (1 - phi), T_c - W_c),
     "s",
-    "derived: blocks of equal compute w and collectives t, each collective beside the compute of"
-    " its block, take max(t, w + (1 − φ)·t) each; summed, the step is W + max(T·(1 − φ), T − W)"
+    "derived: blocks of equal compute w and collectives t, each collective beside the compute"
+    " of its block, take max(t, w + (1 − φ)·t) each; summed, the step is"
+    " W + max(T·(1 − φ), T − W)"
     " (analytic.reference.streams simulates FSDP's two streams: tests/test_overlap.py)",
     (
         "the collectives' time spread over the window as its compute is (equal blocks)",

@@ -124,8 +124,8 @@ def why_exposed(lay) -> dict:
     Degrees ``lay`` (its conditions decided)."""
     dualpipe, whole_step = lay.schedule_is("dualpipe"), lay.dp_regimes[1][1]
     dp = (
-        "the larger of what outlasts the step's compute (ZeRO ≥ 2 without a pipeline reduces block"
-        " by block) and the SMs its kernels take from it"
+        "the larger of what outlasts the step's compute (ZeRO ≥ 2 without a pipeline reduces"
+        " block by block) and the SMs its kernels take from it"
         if whole_step
         else "the larger of what outlasts the last microbatch's compute (the gradients reduce"
         " behind it) and the SMs its kernels take from it"
