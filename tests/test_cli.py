@@ -388,6 +388,12 @@ def test_step_zero3_gather(capsys):
     )
 
 
+def _layout(row: dict) -> an.Layout:
+    """The Layout of a search or codesign row: its degrees and choices as the JSON gives them."""
+    keys = ("tp", "pp", "dp", "cp", "zero", "recompute", "schedule", "sequence_parallel")
+    return an.Layout(**{k: row[k] for k in keys if k in row})
+
+
 def _fitted(stack: str) -> str:
     """A stack's fitted efficiency and its standard error as the first lines print them."""
     cal = an.presets.calibration(stack)
@@ -1665,16 +1671,7 @@ def test_a_search_in_which_nothing_fits_names_the_closest_and_the_hbm_it_needs(c
     out = json.loads(capsys.readouterr().out)
     near = out["closest"]
     assert out["fitting"] == 0 and near["verdict"] == "does not fit"
-    lay = an.Layout(
-        tp=near["tp"],
-        pp=near["pp"],
-        dp=near["dp"],
-        cp=near["cp"],
-        zero=near["zero"],
-        recompute=near["recompute"],
-        schedule=near["schedule"],
-        sequence_parallel=near["sequence_parallel"],
-    )
+    lay = _layout(near)
     plan = lambda gb: an.Plan(
         "llama3-405b",
         "h100-sxm",
@@ -1728,16 +1725,7 @@ def test_search_gives_the_step_every_other_stack_predicts_for_its_first_layout(c
     assert main(["search", *flags, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     best, others = out["ranked"][0], out["other_stacks_s"]
-    lay = an.Layout(
-        tp=best["tp"],
-        pp=best["pp"],
-        dp=best["dp"],
-        cp=best["cp"],
-        zero=best["zero"],
-        recompute=best["recompute"],
-        schedule=best["schedule"],
-        sequence_parallel=best["sequence_parallel"],
-    )
+    lay = _layout(best)
     assert "megatron-core" not in others and "neuronx-distributed" not in others
     for name in ("torchtitan-2025", "deepspeed"):
         plan = an.Plan(
@@ -1771,10 +1759,7 @@ def test_codesign_gives_the_step_other_stacks_predict_for_its_first_points_faste
     assert line.startswith("on the other ")
     assert "the fastest layout of llama3-8b at point 0: " in line
     assert line.endswith(f"against {first['step_time [s]']:.3g} s here")
-    lay = an.Layout(
-        tp=first["tp"], pp=first["pp"], dp=first["dp"], cp=first["cp"], zero=first["zero"],
-        recompute=first["recompute"], schedule=first["schedule"],
-    )
+    lay = _layout(first)
     hw = an.hardware("h100-sxm").replace(hbm="80 GB")
     ends = re.findall(r"([\d.]+) s \(([\w.-]+)\)", line.replace("- ", "-"))
     assert len(ends) == 2
@@ -1797,11 +1782,7 @@ def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(ca
     assert main(["search", *flags, "--tokens", "15T"]) == 0
     rows = json.loads(capsys.readouterr().out)["ranked"]
     for r in rows:
-        lay = an.Layout(
-            tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=r["cp"], zero=r["zero"],
-            recompute=r["recompute"], schedule=r["schedule"],
-            sequence_parallel=r["sequence_parallel"],
-        )
+        lay = _layout(r)
         plan = an.Plan(
             "llama3-70b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
             microbatch_size=r["microbatch_size"], training_tokens=15e12,

@@ -33,24 +33,17 @@ def fsdp_tasks(blocks: int, microbatches: int, forward: float, backward: float, 
     for j in range(microbatches):
         order = [(f"F{j}.{i}", forward, f"G{j}.{i}") for i in range(blocks)]
         order += [(f"B{j}.{i}", backward, f"g{j}.{i}") for i in reversed(range(blocks))]
+        pending = None  # the reduce-scatter of the last backward: issued after the next gather
         for n, (name, seconds, gathered) in enumerate(order):
             previous = order[n - 1][0] if n else (comp[-1].name if comp else None)
             comp.append(Task("compute", name, seconds, after_done=(gathered,)))
             comm.append(Task("comm", gathered, gather, after_started=previous))
+            if pending:
+                comm.append(pending)
             if name.startswith("B"):  # the gradient leaves once the block's backward is done
-                comm.append(Task("comm", f"R{j}.{name[1:]}", reduce_scatter, after_done=(name,)))
-    return _reordered(comm, comp)
-
-
-def _reordered(comm: list, comp: list) -> list:
-    """The communication stream's order as FSDP issues it: each reduce-scatter after the gather
-    prefetched beside its block's backward."""
-    out = []
-    for task in comm:
-        out.append(task)
-        if task.name.startswith("g") and len(out) >= 2 and out[-2].name.startswith("R"):
-            out[-2], out[-1] = out[-1], out[-2]
-    return comp + out
+                pending = Task("comm", f"R{j}.{name[1:]}", reduce_scatter, after_done=(name,))
+        comm.append(pending)
+    return comp + comm
 
 
 def simulate(tasks: list, ctas: int, sms: int) -> float:
