@@ -72,6 +72,41 @@ def test_a_structures_first_plan_builds_its_programs_and_every_plan_gives_the_sa
     assert len(list(tmp_path.glob("plan-*.json"))) == 1
 
 
+@settings(max_examples=25, deadline=None)
+@given(asks=st.lists(st.integers(0, 10_000), min_size=1, max_size=12))
+def test_quantities_asked_in_any_order_have_the_bits_of_the_whole_program(asks):
+    """A plan's quantities computed as they are asked, in any order and any number (the program's
+    registers past its kept states included), equal the whole program run at once, bit for bit;
+    one quantity asked alone runs only the steps it reads."""
+    part = essay()._numbers.bundle.quantities
+    values = essay()._numbers._values
+    whole = part.finite(values)
+    hit = part.lazily(values)
+    for k in asks:
+        name = part.outputs[k % len(part.outputs)]
+        assert hit(name) == whole.get(name)
+    prog = part.program
+    regs = prog.lazily([values.get(k, math.nan) for k in prog.inputs])
+    i = part.outputs.index("flops")
+    computed = regs.ask((i,))[len(prog.inputs) + len(prog.constants) :]
+    assert 0 < sum(r is not None for r in computed) < len(prog.steps) / 10
+
+
+def test_past_the_kept_states_the_registers_run_the_whole_program(monkeypatch):
+    """A program that has kept its most states runs the whole of itself for later sequences of
+    asks, with the same bits."""
+    from analytic.core import numeric
+
+    part = essay()._numbers.bundle.quantities
+    values = essay()._numbers._values
+    monkeypatch.setattr(numeric, "MAX_STATES", 1)
+    fresh_states = {"masks": [bytearray(len(part.program.steps))], "index": {}}
+    monkeypatch.setitem(part.program.__dict__, "_asked", fresh_states)
+    hit = part.lazily(values)
+    assert hit("step_time") == part.finite(values)["step_time"]
+    assert hit("flops") == part.finite(values)["flops"]
+
+
 def test_the_programs_are_built_once_and_kept_as_data(fresh):
     """The first plan of a structure writes its programs to the cache as JSON of numbers and names;
     a second process reads them, builds no expression and prints the same numbers."""

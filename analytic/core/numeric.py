@@ -34,6 +34,8 @@ def numpy_ops() -> dict:
 
 #: largest program read back (steps, constants, inputs)
 MAX_STEPS = 1 << 16
+#: states of its registers a program remembers the steps between (:meth:`Program.lazily`)
+MAX_STATES = 256
 
 
 def _spread(fn):
@@ -94,6 +96,46 @@ class Program:
         for fn, get, spread in self._scalar_steps:
             push(fn(*get(regs)) if spread else fn(get(regs)))
         return [regs[o] for o in self.outputs]
+
+    def lazily(self, args) -> "Registers":
+        """The registers for ``args`` (Python floats, in the order of :attr:`inputs`), each step
+        computed when an output asked for first needs it (:meth:`Registers.ask`): the same kernels
+        on the same operands as :meth:`scalar`, so the same bits."""
+        return Registers(self, args)
+
+    @functools.cached_property
+    def _asked(self) -> dict:
+        """(what is computed, outputs asked) → (what is computed after, the steps to run, in
+        program order): the registers' states as numbers, the first (0) none computed; kept for
+        the sequences of asks this program's registers have seen (a plan of a structure asks as the
+        last one did), :data:`MAX_STATES` states at most."""
+        return {"masks": [bytearray(len(self.steps))], "index": {}}
+
+    def _transition(self, state: int, outputs: tuple) -> tuple[int, tuple[int, ...]]:
+        known = self._asked
+        key = (state, outputs)
+        found = known["index"].get(key)
+        if found is not None:
+            return found
+        base, done = len(self.inputs) + len(self.constants), known["masks"][state]
+        need, stack = set(), [self.outputs[o] for o in outputs]
+        while stack:
+            r = stack.pop() - base
+            if r >= 0 and not done[r] and r not in need:
+                need.add(r)
+                stack.extend(self.steps[r][1])
+        run = tuple(sorted(need))
+        after = state
+        if run:
+            mask = bytearray(done)
+            for i in run:
+                mask[i] = 1
+            if len(known["masks"]) >= MAX_STATES:
+                return -1, run  # run, but remember nothing more
+            known["masks"].append(mask)
+            after = len(known["masks"]) - 1
+        known["index"][key] = after, run
+        return after, run
 
     @functools.cached_property
     def _scalar_steps(self) -> tuple:
@@ -178,3 +220,29 @@ class Program:
         return cls(
             tuple(inputs), tuple(float(c) for c in constants), tuple(checked), tuple(outputs)
         )
+
+
+class Registers:
+    """A :class:`Program`'s registers on Python floats for one set of arguments, each step computed
+    when an output asked for first needs it (:meth:`Program.lazily`)."""
+
+    __slots__ = ("_program", "_regs", "_state")
+
+    def __init__(self, program: Program, args):
+        self._program, self._state = program, 0
+        self._regs = [*args, *program.constants, *([None] * len(program.steps))]
+
+    def ask(self, outputs: tuple) -> list:
+        """The registers, with every step the ``outputs`` (indices into :attr:`Program.outputs`)
+        read computed."""
+        regs, p = self._regs, self._program
+        if self._state < 0:  # past the states kept: the whole program
+            outputs = tuple(range(len(p.outputs)))
+        self._state, run = p._transition(max(self._state, 0), outputs)
+        if run:
+            steps, base = p._scalar_steps, len(regs) - len(p.steps)
+            for i in run:
+                if regs[base + i] is None:
+                    fn, get, spread = steps[i]
+                    regs[base + i] = fn(*get(regs)) if spread else fn(get(regs))
+        return regs

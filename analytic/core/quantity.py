@@ -17,7 +17,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from . import unit_table as table
-from .registry import pint_units, registry
+from .registry import pint_quantity, pint_units
 
 #: the magnitude format of a quantity formatted without one (the registry's default_format)
 DEFAULT_FORMAT = ".12g"
@@ -359,7 +359,7 @@ class Quantity:
 
     def pint(self):
         """pint's Quantity, in the registry in use."""
-        return registry().Quantity(self.magnitude, self.units.pint())
+        return pint_quantity(self.magnitude, self.units.items)
 
     def __getattr__(self, name):
         if name not in _PINT_ONLY:

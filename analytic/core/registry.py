@@ -62,12 +62,21 @@ def registry():
 def pint_units(items: tuple):
     """A container of units.txt's canonical names as the registry in use's unit (its names: "bps" is
     pint's "baud")."""
-    from pint.util import UnitsContainer
+    return _units_in(_real(registry()), items)
 
+
+def pint_quantity(magnitude, items: tuple):
+    """pint's Quantity of ``magnitude`` in :func:`pint_units` ``items``, in the registry in use."""
     real = _real(registry())
+    return real.Quantity(magnitude, _units_in(real, items))
+
+
+def _units_in(real, items: tuple):
     made = _UNITS[real]
     unit = made.get(items)
     if unit is None:
+        from pint.util import UnitsContainer
+
         names = _NAMES[real]
         for k, _ in items:
             if k not in names:

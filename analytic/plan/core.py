@@ -442,7 +442,8 @@ class Plan:
             parts = {k: self.value(f"memory.{k}") for k in (*MEMORY_PARTS, "total", "host")}
             # the fullest is the first, the second or the last (memory.worst says why)
             p = self._numeric_pp()
-            worst = max(sorted({0, min(1, p - 1), p - 1}), key=self._stage_total)
+            fullest = sorted({0, min(1, p - 1), p - 1})
+            worst = fullest[0] if len(fullest) == 1 else max(fullest, key=self._stage_total)
         else:
             worst = count("stage", stage, minimum=0, allow_symbol=False)
             if worst >= self._numeric_pp():

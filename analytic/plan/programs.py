@@ -68,6 +68,29 @@ class Part:
             if ok and isfinite(v)
         }
 
+    @functools.cached_property
+    def _index(self) -> dict:
+        return {name: i for i, name in enumerate(self.outputs)}
+
+    def lazily(self, values: dict):
+        """A function: output name → (value, unit), or None unless it is finite with its formulas'
+        domains holding; the program's steps run as far as each name first asked needs
+        (:meth:`Program.lazily`), with the bits of :meth:`finite`."""
+        get, nan, isfinite = values.get, math.nan, math.isfinite
+        prog = self.program
+        regs = prog.lazily([get(k, nan) for k in prog.inputs])
+        index, n, outputs, units = self._index, len(self.outputs), prog.outputs, self.units
+
+        def hit(name: str):
+            i = index.get(name)
+            if i is None:
+                return None
+            r = regs.ask((i, n + i))
+            v = r[outputs[i]]
+            return (v, units[i]) if r[outputs[n + i]] and isfinite(v) else None
+
+        return hit
+
 
 @dataclass(frozen=True)
 class Bundle:
@@ -178,23 +201,26 @@ class Numbers:
         self._stages: dict = {}  # stage index → its parts, or None
 
     @functools.cached_property
-    def _quantities(self) -> dict:
-        return {} if self.bundle is None else self.bundle.quantities.finite(self._values)
+    def _quantities(self):
+        """name → (value, unit) or None, each computed when first asked."""
+        if self.bundle is None:
+            return lambda name: None
+        return self.bundle.quantities.lazily(self._values)
 
     def has(self, name: str) -> bool:
         """Whether plan quantity ``name`` has a number from the programs."""
-        return name in self._quantities
+        return self._quantities(name) is not None
 
     def quantity(self, name: str):
         """Plan quantity ``name`` as the library's Quantity (in the unit it is computed in), or
         None."""
-        hit = self._quantities.get(name)
+        hit = self._quantities(name)
         return None if hit is None else Quantity(hit[0], Unit.of(hit[1]))
 
     def count(self, name: str) -> int | None:
         """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then
         say)."""
-        hit = self._quantities.get(name)
+        hit = self._quantities(name)
         return None if hit is None or not float(hit[0]).is_integer() else int(hit[0])
 
     def sources(self, name: str) -> list[str] | None:
