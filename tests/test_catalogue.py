@@ -299,6 +299,7 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
         "model.params.router",
         "parallelism.overlap",
         "parallelism.overlapped_exposed_time",
+        "pipeline.unpaired_share.combined_1f1b",
     )
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]

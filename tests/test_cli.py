@@ -1888,3 +1888,21 @@ def test_search_reads_every_layout_flag_of_step(capsys):
     # one layout's alone: step's
     for alone in (["--recompute-layers", "4"], ["--ends-as-layers"], ["--no-sp"]):
         assert main([*base, "--model", "llama3-8b", *alone]) == 2
+
+
+def test_step_with_the_expert_parallel_all_to_alls_overlapped(capsys):
+    """--ep-overlap: Layout(ep_overlap=True), the step of the plan's; a layout Megatron-Core refuses
+    it for is one line and exit 2, and search, which does not read the flag, refuses it."""
+    flags = ("--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--dp", "16", "--ep", "16",
+             "--zero", "1", "--seq", "4096", "--global-batch", "64", "--microbatch-size", "1",
+             "--stack", "megatron-core")
+    plan = an.Plan("qwen3-30b-a3b", "h100-sxm", an.Layout(dp=16, ep=16, zero=1, ep_overlap=True),
+                   seq_len=4096, global_batch=64, microbatch_size=1, stack="megatron-core")
+    code, out, err = run(capsys, "step", "--json", *flags, "--ep-overlap")
+    assert code == 0, err
+    assert "ep_overlap" in json.loads(out)["plan"]
+    assert _step_time(out) == pytest.approx(plan.step_time().to("s").magnitude)
+    code, _, err = run(capsys, "step", *flags, "--ep-overlap", "--recompute", "full")
+    assert code == 2 and "ep_overlap" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "search", *flags[:4], "--gpus", "16", *flags[8:12], "--ep-overlap")
+    assert code == 2 and "--ep-overlap" in err

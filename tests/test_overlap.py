@@ -139,3 +139,106 @@ def test_no_more_of_the_dp_traffic_is_exposed_than_there_is(layout):
     plan = an.Plan("llama3-70b", "h200", layout, seq_len=8192, global_batch=512)
     traffic, window, exposed = _dp(plan)
     assert traffic / (80 * 2 * plan.microbatches) < exposed <= traffic * (1 + 1e-12)
+
+
+# --- Megatron-Core's combined 1F1B: the EP all-to-alls beside another microbatch's pass ---------
+
+
+def _unpaired_in_megatrons_order(p: int, m: int, v: int) -> int:
+    """Stage 0's unpaired passes under the combined 1F1B: its forwards before its first backward in
+    Megatron-LM's 1F1B orders (the pipeline simulator's: the warm-up and the steady state's leading
+    forward, which the combined 1F1B runs alone as one more warm-up chunk), each matched by an
+    unpaired cool-down backward."""
+    from analytic.reference.pipeline_sim import _orders
+
+    kinds = [op[0] for op in _orders("interleaved" if v > 1 else "1f1b", p, m, v)[0]]
+    return 2 * kinds.index("BW")
+
+
+@pytest.mark.parametrize("p, m, v", [(8, 128, 4), (4, 8, 2), (2, 4, 3), (1, 6, 1), (4, 4, 4)])
+def test_the_unpaired_share_counts_megatrons_warm_up_and_cool_down(p, m, v):
+    share = an.formula("pipeline.unpaired_share.combined_1f1b").evaluate(
+        pp=p, microbatches=m, vpp=v
+    )
+    unpaired = _unpaired_in_megatrons_order(p, m, v)
+    assert float(share) == pytest.approx(min(unpaired, 2 * m * v) / (2 * m * v))
+
+
+def _microbatches_compute(plan: an.Plan) -> float:
+    """Seconds of the microbatches' compute (every op class but the optimizer step)."""
+    ops = plan.time_breakdown(ops=True)
+    return _seconds(ops["gemm"] + ops["attention"] + ops["memory_bound"])
+
+
+def _qwen3(ep_overlap=False, **plan_kw) -> an.Plan:
+    layout = an.Layout(tp=2, pp=8, vpp=4, dp=16, ep=32, etp=1, zero=1, sequence_parallel=True,
+                       ends_as_layers=True, recompute="selective",
+                       recompute_modules=("layernorm", "moe_act"), ep_overlap=ep_overlap)
+    return an.Plan("qwen3-235b-a22b", "h100-sxm", layout, seq_len=4096, global_batch=2048,
+                   microbatch_size=1, dispatcher="flex", stack="megatron-core", **plan_kw)
+
+
+def test_ep_overlap_without_a_pipeline_leaves_the_first_forward_and_last_backward_unpaired():
+    def plan(**kw):
+        return an.Plan("qwen3-30b-a3b", "h100-sxm", an.Layout(dp=16, ep=16, zero=1, **kw),
+                       seq_len=4096, global_batch=64, microbatch_size=1, stack="megatron-core")
+    plain, paired = plan(), plan(ep_overlap=True)
+    traffic = _seconds(plain.communication_time()["ep"])
+    compute = _microbatches_compute(paired)
+    u, phi = 1 / 4, 1 - NCCL_CTAS / H200_SMS  # 4 microbatches: one of each four passes unpaired
+    hand = traffic * u + max(traffic * (1 - u) * (1 - phi), traffic * (1 - u) - compute * (1 - u))
+    assert traffic > 0
+    assert _seconds(paired.time_breakdown()["ep"]) == pytest.approx(hand, rel=1e-9)
+
+
+@pytest.mark.parametrize("bandwidth", [None, "4 GB/s"])
+def test_ep_overlap_hides_the_all_to_alls_of_the_paired_passes_beside_their_compute(bandwidth):
+    """Inside the paired passes' compute (the NICs' own bandwidth) and past it (a narrow scale-out
+    network)."""
+    over = {} if bandwidth is None else {"scale_out_bandwidth": bandwidth}
+    plain, paired = _qwen3(**over), _qwen3(ep_overlap=True, **over)
+    traffic = _seconds(plain.communication_time()["ep"])
+    compute = _microbatches_compute(paired)
+    assert (traffic > compute) == (bandwidth is not None)
+    # stage 0 warms up 2·7 + 3·8 + 1 chunks of the 128 · 4 (Megatron-LM schedules.py)
+    u, phi = 39 / 512, 1 - NCCL_CTAS / H200_SMS
+    rest = traffic * (1 - u)
+    hand = traffic * u + max(rest * (1 - phi), rest - compute * (1 - u))
+    assert _seconds(paired.time_breakdown()["ep"]) == pytest.approx(hand, rel=1e-9)
+    assert _seconds(plain.time_breakdown()["ep"]) == pytest.approx(traffic, rel=1e-12)
+    saved = _seconds(plain.step_time()) - _seconds(paired.step_time())
+    assert saved == pytest.approx(traffic - hand, rel=1e-9)
+    # the programs' number is the expressions'
+    assert _seconds(paired.expr("step_time").value()) == pytest.approx(
+        _seconds(paired.step_time()), rel=1e-12
+    )
+    assert "combined 1F1B" in paired.exposure()["ep"]["why"]
+
+
+def test_ep_overlap_holds_one_more_chunk_in_flight():
+    def activations(**kw):
+        plan = an.Plan("qwen3-30b-a3b", "h100-sxm",
+                       an.Layout(tp=1, pp=4, vpp=2, dp=2, ep=2, zero=1, **kw), seq_len=4096,
+                       global_batch=64, microbatch_size=1, stack="megatron-core")
+        return plan.memory(stage=0).activations
+
+    # stage 0 of 4 × 2 chunks holds 2·3 + 1·4 + 1 = 11 chunks, 12 with the combined 1F1B's one more
+    assert activations(ep_overlap=True) / activations() == pytest.approx(12 / 11)
+
+
+@pytest.mark.parametrize(
+    "model, layout, plan_kw, says",
+    [
+        ("llama3-8b", dict(dp=8), {}, "needs experts"),
+        ("qwen3-30b-a3b", dict(dp=8), {}, "ep > 1"),
+        ("qwen3-30b-a3b", dict(dp=8, ep=8, recompute="full"), {}, "full recomputation"),
+        ("qwen3-30b-a3b", dict(pp=2, dp=4, ep=4), {}, "interleaved"),
+        ("qwen3-30b-a3b", dict(pp=2, dp=4, ep=4, schedule="dualpipe"), {}, "DualPipe"),
+        ("qwen3-30b-a3b", dict(dp=8, ep=8), {"stack": "torchtitan-2025"}, "torchtitan-2025"),
+        ("qwen3-30b-a3b", dict(dp=8, ep=8), {"dispatcher": "allgather"}, "allgather"),
+    ],
+)
+def test_ep_overlap_is_refused_where_megatron_core_refuses_it(model, layout, plan_kw, says):
+    with pytest.raises((an.LayoutError, an.InputError), match=f"ep_overlap: .*{says}"):
+        an.Plan(model, "h100-sxm", an.Layout(ep_overlap=True, **layout), seq_len=4096,
+                global_batch=64, **{"stack": "megatron-core", **plan_kw})

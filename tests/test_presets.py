@@ -267,6 +267,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         "optimizers",
         "fp8_recipes",
         "dispatchers",
+        "ep_overlap",
     }
     for name in stacks():
         props = stack(name)
@@ -289,6 +290,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("qk_norm_gathered", False) in (True, False) and props.get(
             "weight_decay", False
         ) in (True, False), name
+        assert props.get("ep_overlap", False) in (True, False), name
         assert set(props.get("schedules", ())) <= set(choices.SCHEDULES), name
         assert set(props.get("dtypes", ())) <= set(choices.TRAINING_DTYPES), name
         assert set(props.get("optimizers", ("adam",))) <= set(choices.OPTIMIZERS), name

@@ -12,7 +12,7 @@ from ..core.units import Q
 LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "recompute", "schedule",
                 "sequence_parallel", "microbatch_size", "recompute_layers", "recompute_modules",
                 "first_stage_layers", "last_stage_layers", "ends_as_layers", "offload_activations",
-                "offload_optimizer", "pipeline_layout")
+                "offload_optimizer", "pipeline_layout", "ep_overlap")
 #: the hardware overrides a plan may hold, with the unit its inputs hold them in
 _HARDWARE = {
     "hbm": "byte",

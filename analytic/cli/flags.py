@@ -121,6 +121,7 @@ PLAN_FLAGS = SEARCH_FLAGS | {
     "allow_cross_node_tp",
     "recompute_layers",
     "ends_as_layers",
+    "ep_overlap",
 }
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its
 #: numbers still print beside the plan's; any other plan flag makes the configuration the user's
@@ -458,7 +459,8 @@ def _layout_kwargs(get, tp, pp, dp, cp, ep, vpp) -> dict:
         sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp),
     )
     layout |= {k: get(k) for k in ("recompute", "schedule") if get(k) is not None}
-    layout |= {k: True for k in ("async_tp", "ends_as_layers") if get(k)} | layout_option_flags(get)
+    layout |= {k: True for k in ("async_tp", "ends_as_layers", "ep_overlap") if get(k)}
+    layout |= layout_option_flags(get)
     if get("zero") is not None:
         layout["zero"] = int(get("zero"))
     if get("comm_sms") is not None:

@@ -149,6 +149,16 @@ def _pipeline_args(g) -> None:
             " --account-for-embedding/loss-in-pipeline-split; Llama 3)"
         ),
     )
+    g.add_argument(
+        "--ep-overlap",
+        dest="ep_overlap",
+        action="store_true",
+        default=None,
+        help=(
+            "run each microbatch's forward beside another's backward, hiding the expert-parallel"
+            " all-to-alls (Megatron-Core's --overlap-moe-expert-parallel-comm, combined 1F1B)"
+        ),
+    )
     g.add_argument("--recompute", choices=RECOMPUTE)
     g.add_argument(
         "--recompute-layers",

@@ -186,6 +186,22 @@ define(
     ),
 )
 define(
+    "pipeline.unpaired_share.combined_1f1b",
+    Min(2 * (p - 1) + (v - 1) * p + 1, m * v) / (m * v),
+    "",
+    "NVIDIA/Megatron-LM megatron/core/pipeline_parallel/combined_1f1b.py (a forward and"
+    " another microbatch's backward run as one step, each hiding the other's expert-parallel"
+    " all-to-alls) and schedules.py, get_num_warmup_microbatches: (p − 1)·2 + (v − 1)·p"
+    " warm-up chunks on the first stage under interleaving, one more with"
+    " overlap_moe_expert_parallel_comm; 1 without a pipeline (the first forward)",
+    (
+        "the warm-up forwards and as many cool-down backwards run unpaired, of the m·v"
+        " forwards and m·v backwards of the stage's chunks; the first stage's, which warms up"
+        " longest",
+    ),
+    "share of the chunk passes that run without a paired pass, Megatron-Core's combined 1F1B",
+)
+define(
     "pipeline.in_flight.zb_h2",
     2 * p - 1,
     "",

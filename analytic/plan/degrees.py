@@ -40,6 +40,7 @@ class Degrees:
         #: the expert layers' tensor parallel degree (the layout's etp, else tp)
         self.etp = self.tp if layout.etp is None else number(layout.etp)
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
+        self.ep_overlap = layout.ep_overlap
         self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
         self.comm_sms = number(layout.comm_sms)
         self.zero, self.rc, self.schedule = (

@@ -36,6 +36,7 @@ from .layout import (
     check_layout,
     check_offload,
     dispatcher_of,
+    ep_overlap_refusal,
     fp8_recipe_of,
     optimizer_refusal,
     selective_refusal,
@@ -94,6 +95,10 @@ class Inputs:
         self._read_stack(stack, flash_attention)
         self.fp8_recipe = fp8_recipe_of(self.stack, self.stack_properties, self.dtype, fp8_recipe)
         self.dispatcher = dispatcher_of(self.stack, self.stack_properties, model, dispatcher)
+        if layout.ep_overlap and model.is_moe:  # a dense model's is refused with the layout
+            refusal = ep_overlap_refusal(self.stack, self.stack_properties, self.dispatcher)
+            if refusal:
+                raise InputError(refusal)
         self.recipe = precision(self.dtype, self.fp8_recipe)  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
         self._read_bf16_layers(bf16_layers)

@@ -11,7 +11,7 @@ def provenance(plan) -> str:
     lay = plan.layout
     layout = (f"tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep}"
               f"{_given('etp', lay.etp)} vpp={lay.vpp} zero={lay.zero} sp={lay.sequence_parallel}"
-              f"{' async_tp' if lay.async_tp else ''}"
+              f"{' async_tp' if lay.async_tp else ''}{' ep_overlap' if lay.ep_overlap else ''}"
               f"{_given('zero3_gather', lay.zero3_gather, 'per-block')}"
               f"{f' comm_sms={lay.comm_sms}' if lay.comm_sms else ''} {lay.savers_label}"
               f"{_given('first_stage_layers', lay.first_stage_layers)}"

@@ -50,6 +50,11 @@ class Layout:
     a block at a time ahead of compute (``"per-block"``) or each parameter tensor alone, blocking
     (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021, which gathers again in a recomputed forward).
 
+    ``ep_overlap`` runs each microbatch's forward beside another's backward so that each hides the
+    other's expert-parallel all-to-alls, as Megatron-Core's ``--overlap-moe-expert-parallel-comm``
+    (combined 1F1B) does: an MoE model with ep > 1, no full recomputation, and the interleaved
+    schedule where there is a pipeline (Megatron-Core's TransformerConfig checks).
+
     ``first_stage_layers`` and ``last_stage_layers`` split the layers unevenly, as Megatron-LM's
     ``--decoder-first/last-pipeline-num-layers`` and Llama 3 (§3.3.2) do: the stages not given
     share the rest evenly (under interleaving, evenly over each stage's chunks too, as Megatron-Core
@@ -107,6 +112,8 @@ class Layout:
     async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
     comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
     zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
+    # MoE all-to-alls beside another microbatch's compute (Megatron-Core's combined 1F1B)
+    ep_overlap: bool = False
     first_stage_layers: object = None  # layers on the first pipeline stage (None: an even split)
     last_stage_layers: object = None  # layers on the last pipeline stage (None: an even split)
     # the embedding and the output layer + loss each take a layer's place in the split
@@ -154,6 +161,7 @@ class Layout:
         for k in (
             "sequence_parallel",
             "async_tp",
+            "ep_overlap",
             "offload_activations",
             "fp8_activations",
             "ends_as_layers",
@@ -496,6 +504,7 @@ def check_layout(
             "async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
             "GEMMs; pass sequence_parallel=True"
         )
+    _check_ep_overlap(lay, m)
     if _numbers(lay.comm_sms) and lay.comm_sms and (sms is None or _numbers(sms)):
         check_comm_sms(lay.comm_sms, sms, hardware)
 
@@ -596,6 +605,41 @@ def _check_split(lay: Layout, m) -> None:
                 f" TransformerConfig): {', '.join(map(str, given))} and"
                 f" {rest // stages if stages else 0} a middle stage"
             )
+
+
+def _check_ep_overlap(lay, m) -> None:
+    """Megatron-Core's checks of ``--overlap-moe-expert-parallel-comm`` (NVIDIA/Megatron-LM
+    megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__): expert
+    parallelism, no full recomputation, virtual stages where there is a pipeline; DualPipe, which
+    overlaps the all-to-alls itself, is refused with it."""
+    if not lay.ep_overlap:
+        return
+    if not m.is_moe or (_numbers(lay.ep) and lay.ep == 1):
+        raise LayoutError(
+            "ep_overlap: overlaps an MoE model's expert-parallel all-to-alls; needs experts and"
+            f" ep > 1, got ep {lay.ep} for {m.name or 'the model'}"
+        )
+    if lay.recompute == "full":
+        raise LayoutError("ep_overlap: Megatron-Core refuses it under full recomputation")
+    schedule = lay.schedule if isinstance(lay.schedule, str) else None
+    if schedule == "dualpipe":
+        raise LayoutError("ep_overlap: DualPipe overlaps the all-to-alls itself; pass one of them")
+    if _numbers(lay.pp) and lay.pp > 1 and schedule not in (None, "interleaved"):
+        raise LayoutError(
+            "ep_overlap: with a pipeline Megatron-Core pairs the passes on the interleaved"
+            f" schedule (vpp ≥ 2), not {schedule}"
+        )
+
+
+def ep_overlap_refusal(stack: str, props: dict, dispatcher) -> str | None:
+    """Why ``stack`` (its properties ``props``) cannot overlap the all-to-alls of ``dispatcher``
+    with another microbatch's compute, or None (stacks.toml ep_overlap; Megatron-Core runs it with
+    its alltoall and flex dispatchers)."""
+    if not props.get("ep_overlap"):
+        return f"ep_overlap: stack {stack} does not overlap the all-to-alls with another microbatch"
+    if dispatcher not in ("alltoall", "flex"):
+        return f"ep_overlap: runs with the alltoall and flex dispatchers, not {dispatcher}"
+    return None
 
 
 def hybrid_refusal(m, tp, cp) -> str | None:

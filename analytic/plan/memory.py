@@ -421,9 +421,12 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
     def at_most(f: Formula, most):  # a catalogue count, never more than the step's microbatches
         return composed("in_flight", Min(f.term, most), "", f)
 
-    count = lambda name: formula(f"pipeline.in_flight.{name}").bind(
-        {"pp": p, "vpp": v, "stage": k}
-    )  # noqa: E731
+    # Megatron-Core's combined 1F1B (ep_overlap) warms up one more chunk, whose forward runs beside
+    # the first backward (schedules.py, get_num_warmup_microbatches; combined_1f1b.py)
+    def count(name: str) -> Formula:
+        f = formula(f"pipeline.in_flight.{name}").bind({"pp": p, "vpp": v, "stage": k})
+        return f + 1 if inp.layout.ep_overlap else f
+
     chunks = at_most(count("interleaved_stage"), mb * v)
     interleaved = chunks * layers / v
     # an end stage's end chunk holds a layer fewer, its other chunks L/(p·v) + 1

@@ -105,6 +105,7 @@ def structure(inp: Inputs) -> str | None:
         f"ends_as_layers={lay.ends_as_layers}",
         f"sp={lay.sequence_parallel}",
         f"async_tp={lay.async_tp}",
+        f"ep_overlap={lay.ep_overlap}",
         f"comm_sms>0={lay.comm_sms != 0}",
         f"zero3_gather={lay.zero3_gather}",
         f"moe_ep={m.is_moe}",

@@ -47,7 +47,7 @@ def template(plan):
     layout = Layout(**degrees, sequence_parallel=lay.sequence_parallel, async_tp=lay.async_tp,
                     etp=None if lay.etp is None else input_("etp"),
                     comm_sms=_free(lay.comm_sms, "comm_sms"), zero3_gather=lay.zero3_gather,
-                    ends_as_layers=lay.ends_as_layers)
+                    ends_as_layers=lay.ends_as_layers, ep_overlap=lay.ep_overlap)
     batch = {k: input_(k) for k in _BATCH}
     plan = type(plan)(model, inp.hardware, layout, **batch, dtype=inp.dtype,
                       flash_attention=inp.flash_attention, training_tokens=input_("tokens"),

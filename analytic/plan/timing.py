@@ -101,14 +101,29 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     out["dp"] = beside(inp, comm["dp"]["time"] - blocking - edge, window, phi) + edge + blocking
     out["dp_window"] = window
     # the all-to-all sits between the router and the experts' GEMMs that consume it: exposed, unless
-    # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1)
+    # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1) or
+    # Megatron-Core's combined 1F1B beside another microbatch's pass
+    ep = comm["ep"]["time"]
+    paired = ((_combined_1f1b(inp, ep, compute, phi), True),) if lay.ep_overlap else ()
     out["ep"] = cases(
         "ep",
         "s",
-        (beside(inp, comm["ep"]["time"], compute, phi), lay.schedule_is("dualpipe")),
-        (comm["ep"]["time"], True),
+        (beside(inp, ep, compute, phi), lay.schedule_is("dualpipe")),
+        *paired,
+        (ep, True),
     )
     return out
+
+
+def _combined_1f1b(inp: Inputs, traffic: Formula, compute: Formula, phi) -> Formula:
+    """What Megatron-Core's combined 1F1B leaves of the all-to-alls ``traffic``: the unpaired
+    passes' share (pipeline.unpaired_share.combined_1f1b) in full, the rest beside the paired
+    passes' compute."""
+    lay = inp.deg
+    unpaired = inp.f("pipeline.unpaired_share.combined_1f1b", pp=lay.pp, vpp=lay.vpp,
+                     microbatches=inp.microbatches)
+    paired = composed("paired", 1 - unpaired.term, "", unpaired)
+    return traffic * unpaired + beside(inp, traffic * paired, compute * paired, phi)
 
 
 def beside(inp: Inputs, traffic: Formula, window: Formula, phi) -> Formula:
@@ -142,6 +157,9 @@ def why_exposed(lay) -> dict:
         "ep": (
             "what exceeds the paired chunk's compute, DualPipe's, or the SMs it takes from it"
             if dualpipe
+            else "the unpaired warm-up and cool-down passes', and of the rest what exceeds the"
+            " paired passes' compute or the SMs it takes from it (combined 1F1B)"
+            if lay.ep_overlap
             else "between the router and the experts' GEMMs that consume it, no DualPipe"
         ),
     }
