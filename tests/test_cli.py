@@ -1892,7 +1892,7 @@ def test_search_reads_every_layout_flag_of_step(capsys):
 
 def test_step_with_the_expert_parallel_all_to_alls_overlapped(capsys):
     """--ep-overlap: Layout(ep_overlap=True), the step of the plan's; a layout Megatron-Core refuses
-    it for is one line and exit 2, and search, which does not read the flag, refuses it."""
+    it for is one line and exit 2; search keeps the layouts Megatron-Core pairs, each with it."""
     flags = ("--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--dp", "16", "--ep", "16",
              "--zero", "1", "--seq", "4096", "--global-batch", "64", "--microbatch-size", "1",
              "--stack", "megatron-core")
@@ -1904,5 +1904,7 @@ def test_step_with_the_expert_parallel_all_to_alls_overlapped(capsys):
     assert _step_time(out) == pytest.approx(plan.step_time().to("s").magnitude)
     code, _, err = run(capsys, "step", *flags, "--ep-overlap", "--recompute", "full")
     assert code == 2 and "ep_overlap" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run(capsys, "search", *flags[:4], "--gpus", "16", *flags[8:12], "--ep-overlap")
-    assert code == 2 and "--ep-overlap" in err
+    code, out, err = run(capsys, "search", "--json", *flags[:4], "--gpus", "16", *flags[8:],
+                         "--ep-overlap")
+    rows = json.loads(out)["ranked"]
+    assert code == 0 and rows and all(r["ep_overlap"] and r["ep"] > 1 for r in rows), err

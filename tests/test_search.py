@@ -669,3 +669,32 @@ def test_a_layout_option_search_does_not_take_is_named():
             "llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False,
             layout_options={"first_stage_layers": 8},
         )
+
+
+def test_a_search_with_the_all_to_alls_overlapped_keeps_the_layouts_megatron_core_pairs(
+    tmp_path, monkeypatch
+):
+    """layout_options={"ep_overlap": True}: every row has EP, no full recomputation and, with a
+    pipeline, the interleaved schedule, and its numbers are its Plan's; full recomputation asked
+    for by name, a dense model and a stack without the combined 1F1B are refused."""
+    from analytic.plan import RECOMPUTE, SCHEDULES
+
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=32, seq_len=4096, global_batch=128, progress=False, stack="megatron-core")
+    res = an.search("qwen3-30b-a3b", HW, layout_options={"ep_overlap": True}, **kw)
+    a = res.arrays
+    assert len(a["ep"]) and (a["ep"] > 1).all() and 2 in set(a["ep"])
+    assert "full" not in {RECOMPUTE[int(r)] for r in a["recompute"]}
+    assert ((a["pp"] == 1) | (a["schedule"] == SCHEDULES.index("interleaved"))).all()
+    for row in list(res.ranked)[:3]:
+        plan = row.plan("qwen3-30b-a3b", HW, seq_len=4096, global_batch=128)
+        assert row.layout.ep_overlap
+        assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+        assert row.memory == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+    for model, more, says in (
+        ("qwen3-30b-a3b", dict(recompute=("none", "full")), "full"),
+        ("llama3-8b", {}, "MoE"),
+        ("qwen3-30b-a3b", dict(stack="torchtitan-2025"), "torchtitan-2025"),
+    ):
+        with pytest.raises(InputError, match=f"ep_overlap: .*{says}"):
+            an.search(model, HW, layout_options={"ep_overlap": True}, **{**kw, **more})

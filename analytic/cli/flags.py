@@ -109,6 +109,7 @@ SEARCH_FLAGS = {
     "fp8_activations",
     "first_stage_layers",
     "last_stage_layers",
+    "ep_overlap",
     "expert_capacity",
     "routing_imbalance",
     "drop_beyond_capacity",
@@ -121,7 +122,6 @@ PLAN_FLAGS = SEARCH_FLAGS | {
     "allow_cross_node_tp",
     "recompute_layers",
     "ends_as_layers",
-    "ep_overlap",
 }
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its
 #: numbers still print beside the plan's; any other plan flag makes the configuration the user's
@@ -216,11 +216,11 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
 
 def layout_option_flags(get) -> dict:
     """The Layout fields ``step`` and ``search`` read alike from their flags: activations offloaded
-    or cached in FP8, the recompute modules, the end stages' layers and the optimizer's offloaded
-    share, where given."""
+    or cached in FP8, the all-to-alls overlapped, the recompute modules, the end stages' layers and
+    the optimizer's offloaded share, where given."""
     from ..core.values import share
 
-    out = {k: True for k in ("offload_activations", "fp8_activations") if get(k)}
+    out = {k: True for k in ("offload_activations", "fp8_activations", "ep_overlap") if get(k)}
     if get("recompute_modules"):
         out["recompute_modules"] = tuple(get("recompute_modules"))
     out |= {
@@ -459,8 +459,7 @@ def _layout_kwargs(get, tp, pp, dp, cp, ep, vpp) -> dict:
         sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp),
     )
     layout |= {k: get(k) for k in ("recompute", "schedule") if get(k) is not None}
-    layout |= {k: True for k in ("async_tp", "ends_as_layers", "ep_overlap") if get(k)}
-    layout |= layout_option_flags(get)
+    layout |= {k: True for k in ("async_tp", "ends_as_layers") if get(k)} | layout_option_flags(get)
     if get("zero") is not None:
         layout["zero"] = int(get("zero"))
     if get("comm_sms") is not None:

@@ -51,6 +51,7 @@ from ..plan import (
     check_sequence,
     dispatcher_of,
     divisors,
+    ep_overlap_refusal,
     fp8_recipe_of,
     hybrid_refusal,
     optimizer_refusal,
@@ -737,6 +738,8 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
             f"{', '.join(LAYOUT_OPTIONS[2:])} (and etp=, pipeline_layout=)"
         )
     counted = {**counted, **options}
+    if options.get("ep_overlap"):
+        narrowed = _paired(counted, stack, props, narrowed)
     if options.get("recompute_modules"):
         if "selective" not in narrowed["recompute"]:
             raise InputError(
@@ -789,6 +792,24 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     return {**counted, "pp": pins["pp"], "vpp": vpp}, narrowed
 
 
+def _paired(counted: dict, stack, props, narrowed: dict) -> dict:
+    """The choices that Megatron-Core's combined 1F1B (``ep_overlap``) leaves, its stack and
+    dispatcher checked (:func:`~analytic.plan.layout.ep_overlap_refusal`): no full recomputation and
+    no DualPipe (dropped from the defaults, refused where asked for by name); :func:`_layouts` keeps
+    the layouts with EP and, where there is a pipeline, the interleaved schedule."""
+    if counted["dispatcher"] is None:
+        raise InputError("ep_overlap: overlaps an MoE model's expert-parallel all-to-alls")
+    refusal = ep_overlap_refusal(stack, props, counted["dispatcher"])
+    if refusal:
+        raise InputError(refusal)
+    for key, refused, default in (("recompute", "full", RECOMPUTE), ("schedules", "dualpipe",
+                                                                       SCHEDULES)):
+        if refused in narrowed[key] and tuple(narrowed[key]) != tuple(default):
+            raise InputError(f"ep_overlap: Megatron-Core refuses it with {refused}; drop {refused}")
+        narrowed = {**narrowed, key: tuple(k for k in narrowed[key] if k != refused)}
+    return {**narrowed, "ep_overlap": True}
+
+
 def _stack_runs(
     stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules
 ) -> tuple:
@@ -819,9 +840,12 @@ def _stack_runs(
     return zero, recompute, schedules
 
 
-def _layouts(model, hardware, props, counts, *, zero, explicit=False, **options) -> dict:
+def _layouts(
+    model, hardware, props, counts, *, zero, explicit=False, ep_overlap=False, **options
+) -> dict:
     """The layouts of each GPU count as arrays (``INPUTS`` and ``gpus``), less those that are
-    another's twin or that the stack does not run."""
+    another's twin or that the stack does not run (with ``ep_overlap``, those Megatron-Core runs no
+    combined 1F1B on: without EP, or pipelined other than interleaved)."""
     parts = [enumerate_layouts(model, hardware, gpus=g, zero=zero, **options) for g in counts]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
     # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked
@@ -838,6 +862,10 @@ def _layouts(model, hardware, props, counts, *, zero, explicit=False, **options)
         keep &= ~(
             (arrays["schedule"] == SCHEDULES.index("interleaved"))
             & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0)
+        )
+    if ep_overlap:
+        keep &= (arrays["ep"] > 1) & (
+            (arrays["pp"] == 1) | (arrays["schedule"] == SCHEDULES.index("interleaved"))
         )
     arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
