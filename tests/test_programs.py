@@ -92,6 +92,27 @@ def test_quantities_asked_in_any_order_have_the_bits_of_the_whole_program(asks):
     assert 0 < sum(r is not None for r in computed) < len(prog.steps) / 10
 
 
+def test_quantities_asked_on_several_threads_have_the_bits_of_the_whole_program(monkeypatch):
+    """Registers of one program filled on eight threads at once, each asking in its own order,
+    from a program that has remembered no state yet."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    part = essay()._numbers.bundle.quantities
+    values = essay()._numbers._values
+    fresh_states = {"masks": [bytearray(len(part.program.steps))], "index": {}}
+    monkeypatch.setitem(part.program.__dict__, "_asked", fresh_states)
+    whole = part.finite(values)
+    names = list(part.outputs)
+
+    def asks(k: int) -> bool:
+        hit = part.lazily(values)
+        order = names[k:] + names[:k]
+        return all(hit(n) == whole.get(n) for n in order)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(asks, range(0, 64, 8)))
+
+
 def test_past_the_kept_states_the_registers_run_the_whole_program(monkeypatch):
     """A program that has kept its most states runs the whole of itself for later sequences of
     asks, with the same bits."""

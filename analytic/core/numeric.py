@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -36,6 +37,7 @@ def numpy_ops() -> dict:
 MAX_STEPS = 1 << 16
 #: states of its registers a program remembers the steps between (:meth:`Program.lazily`)
 MAX_STATES = 256
+_LOCK = threading.Lock()
 
 
 def _spread(fn):
@@ -125,16 +127,17 @@ class Program:
                 need.add(r)
                 stack.extend(self.steps[r][1])
         run = tuple(sorted(need))
-        after = state
-        if run:
-            mask = bytearray(done)
-            for i in run:
-                mask[i] = 1
-            if len(known["masks"]) >= MAX_STATES:
-                return -1, run  # run, but remember nothing more
-            known["masks"].append(mask)
-            after = len(known["masks"]) - 1
-        known["index"][key] = after, run
+        with _LOCK:  # plans of one structure may be evaluated on several threads
+            after = state
+            if run:
+                if len(known["masks"]) >= MAX_STATES:
+                    return -1, run  # run, but remember nothing more
+                mask = bytearray(done)
+                for i in run:
+                    mask[i] = 1
+                known["masks"].append(mask)
+                after = len(known["masks"]) - 1
+            known["index"][key] = after, run
         return after, run
 
     @functools.cached_property
