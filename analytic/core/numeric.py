@@ -6,8 +6,9 @@ JSON (:meth:`Program.to_json`); :meth:`Program.from_json` validates every field 
 arities, that each step reads only earlier registers, finite constants, bounded sizes — so a
 program read from disk can at worst give wrong numbers of the right shape, never run anything.
 
-:meth:`Program.scalar` runs it on Python floats (one plan), calling :data:`SCALAR`'s kernels;
-calling the Program runs it on numpy arrays (many layouts); both read the operations' one table,
+:meth:`Program.scalar` runs it on Python floats (one plan), calling :data:`SCALAR`'s kernels, and
+:meth:`Program.lazily` the same kernels a step at a time as the outputs asked for need them;
+calling the Program runs it on numpy arrays (many layouts); all read the operations' one table,
 :data:`analytic.core.operations.OPERATIONS`. This module imports no sympy.
 """
 
