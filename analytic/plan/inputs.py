@@ -95,7 +95,7 @@ class Inputs:
         self._read_stack(stack, flash_attention)
         self.fp8_recipe = fp8_recipe_of(self.stack, self.stack_properties, self.dtype, fp8_recipe)
         self.dispatcher = dispatcher_of(self.stack, self.stack_properties, model, dispatcher)
-        if layout.ep_overlap and model.is_moe:  # a dense model's is refused with the layout
+        if layout.ep_overlap:
             refusal = ep_overlap_refusal(self.stack, self.stack_properties, self.dispatcher)
             if refusal:
                 raise InputError(refusal)

@@ -633,8 +633,10 @@ def _check_ep_overlap(lay, m) -> None:
 
 def ep_overlap_refusal(stack: str, props: dict, dispatcher) -> str | None:
     """Why ``stack`` (its properties ``props``) cannot overlap the all-to-alls of ``dispatcher``
-    with another microbatch's compute, or None (stacks.toml ep_overlap; Megatron-Core runs it with
-    its alltoall and flex dispatchers)."""
+    (None: a dense model's) with another microbatch's compute, or None (stacks.toml ep_overlap;
+    Megatron-Core runs it with its alltoall and flex dispatchers)."""
+    if dispatcher is None:
+        return "ep_overlap: overlaps an MoE model's expert-parallel all-to-alls; needs experts"
     if not props.get("ep_overlap"):
         return f"ep_overlap: stack {stack} does not overlap the all-to-alls with another microbatch"
     if dispatcher not in ("alltoall", "flex"):

@@ -797,13 +797,11 @@ def _paired(counted: dict, stack, props, narrowed: dict) -> dict:
     dispatcher checked (:func:`~analytic.plan.layout.ep_overlap_refusal`): no full recomputation and
     no DualPipe (dropped from the defaults, refused where asked for by name); :func:`_layouts` keeps
     the layouts with EP and, where there is a pipeline, the interleaved schedule."""
-    if counted["dispatcher"] is None:
-        raise InputError("ep_overlap: overlaps an MoE model's expert-parallel all-to-alls")
     refusal = ep_overlap_refusal(stack, props, counted["dispatcher"])
     if refusal:
         raise InputError(refusal)
-    for key, refused, default in (("recompute", "full", RECOMPUTE), ("schedules", "dualpipe",
-                                                                       SCHEDULES)):
+    refused_by_name = (("recompute", "full", RECOMPUTE), ("schedules", "dualpipe", SCHEDULES))
+    for key, refused, default in refused_by_name:
         if refused in narrowed[key] and tuple(narrowed[key]) != tuple(default):
             raise InputError(f"ep_overlap: Megatron-Core refuses it with {refused}; drop {refused}")
         narrowed = {**narrowed, key: tuple(k for k in narrowed[key] if k != refused)}
