@@ -3,6 +3,7 @@ rules."""
 
 import importlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -284,3 +285,60 @@ def test_processes_sharing_an_empty_cache_agree_and_leave_only_whole_entries(tmp
     entries = list((tmp_path / "shared").iterdir())
     assert entries and all(p.suffix == ".json" and not p.name.startswith(".") for p in entries)
     assert all(json.loads(p.read_text()) is not None for p in entries)
+
+
+def _typed(value):
+    """``value`` with each number's type beside it: 1 and 1.0, and True and 1, differ."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return type(value).__name__, value if value == value else "nan"
+
+
+TOML_FILES = sorted(
+    [*(Path(an.__file__).parent / "presets").glob("*.toml"),
+     *(Path(__file__).parent.parent / "validation").glob("*.toml")]
+)
+
+
+@pytest.mark.parametrize("path", TOML_FILES, ids=lambda p: p.name)
+def test_a_toml_file_read_again_has_tomllibs_values(cache, path):
+    """The presets' and the validation's TOML, parsed once (then kept as JSON) and read back from
+    the cache: the values, types and key order tomllib gives."""
+    import tomllib
+
+    from analytic.core.cache import parsed_toml
+
+    text = path.read_text(encoding="utf-8")
+    expected = tomllib.loads(text)
+    assert _typed(parsed_toml(text)) == _typed(expected)
+    assert len(list(cache.glob("toml-*.json"))) == 1
+    again = parsed_toml(text)
+    assert _typed(again) == _typed(expected) and list(again) == list(expected)
+
+
+def test_toml_with_a_date_is_parsed_each_time_and_odd_numbers_survive(cache):
+    import datetime
+
+    from analytic.core.cache import parsed_toml
+
+    assert parsed_toml("day = 2026-12-07") == {"day": datetime.date(2026, 12, 7)}
+    assert not list(cache.glob("toml-*.json"))
+    text = "a = nan\nb = -inf\nc = -0.0\nd = 123456789012345678901234567890\ne = 1e-310"
+    for _ in range(2):  # parsed, then read back
+        got = parsed_toml(text)
+        assert got["a"] != got["a"] and got["b"] == float("-inf") and str(got["c"]) == "-0.0"
+        assert got["d"] == 123456789012345678901234567890 and got["e"] == 1e-310
+
+
+def test_a_toml_entry_that_is_not_what_it_should_be_is_parsed_again(cache):
+    from analytic.core.cache import parsed_toml
+
+    text = 'name = "x"'
+    parsed_toml(text)
+    (entry,) = cache.glob("toml-*.json")
+    for bad in ('{"toml": "other", "data": {"name": "y"}}', '{"data": {"name": "y"}}', "[1]", "{"):
+        entry.write_text(bad)
+        assert parsed_toml(text) == {"name": "x"}
+    assert json.loads(entry.read_text())["data"] == {"name": "x"}

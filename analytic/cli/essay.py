@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
-from functools import cache
 from pathlib import Path
 
+from ..core.cache import package_toml
 
-@cache
+
 def essay() -> dict:
     """essay.toml: its ``config`` (the plan the text describes) and ``text`` (the figures it
     states)."""
-    return tomllib.loads(
-        (Path(__file__).parent.parent / "presets" / "essay.toml").read_text(encoding="utf-8")
-    )
+    return package_toml(Path(__file__).parent.parent / "presets" / "essay.toml")

@@ -629,7 +629,7 @@ def _preset_names(table: str) -> tuple[str, ...]:
     neither the presets nor pint nor sympy)."""
     from pathlib import Path
 
-    from ..core.files import package_toml
+    from ..core.cache import package_toml
 
     return tuple(package_toml(Path(__file__).parent.parent / "presets" / f"{table}.toml"))
 

@@ -1,4 +1,5 @@
-"""The user's cache: where programs built from the library's expressions are kept as data.
+"""The user's cache: where programs built from the library's expressions, and TOML files as parsed,
+are kept as data.
 
 Entries are read and written as :mod:`analytic.core.files` reads and writes every file (regular
 files of bounded size, never through a link; written through a temporary file created exclusively,
@@ -12,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import tomllib
 from pathlib import Path
 
 from .files import MAX_BYTES, read_text, write_text
@@ -73,3 +75,32 @@ def entry(kind: str, *key: str) -> Path | None:
         return None
     digest = hashlib.sha256("\0".join((library_digest(), *key)).encode()).hexdigest()[:32]
     return folder / f"{kind}-{digest}.json"
+
+
+def parsed_toml(text: str) -> dict:
+    """``tomllib.loads(text)``, kept as JSON in the user's cache under the text's digest: a TOML
+    file read again (the validation's cases, the presets) is parsed by the json module's decoder,
+    to the same values. Parsed each time where the text holds a date or a time
+    (JSON has none) or the cache cannot be written; raises as tomllib does."""
+    path = entry("toml", hashlib.sha256(text.encode()).hexdigest())
+    found = read_json(path) if path is not None else None
+    if isinstance(found, dict) and found.get("toml") == path.stem and isinstance(
+        found.get("data"), dict
+    ):
+        return found["data"]
+    data = tomllib.loads(text)
+    if path is not None:
+        try:
+            json.dumps(data, allow_nan=True)
+        except TypeError:  # a date or a time
+            return data
+        write_json(path, {"toml": path.stem, "data": data})
+    return data
+
+
+@functools.cache
+def package_toml(path: Path) -> dict:
+    """One of the package's own TOML files (presets, their tables), parsed once a process
+    (:func:`parsed_toml`): every reader of it reads it here. A user's file is read with
+    :func:`~analytic.core.files.read_text`, each time."""
+    return parsed_toml(read_text(path))

@@ -10,11 +10,9 @@ it; a failed write leaves nothing behind.
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 import tempfile
-import tomllib
 from pathlib import Path
 
 #: the most a file the library reads may hold, unless its reader says otherwise
@@ -52,13 +50,6 @@ def read_text(path, limit: int = MAX_BYTES, follow: bool = True) -> str:
             raise FileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     finally:
         os.close(fd)
-
-
-@functools.cache
-def package_toml(path: Path) -> dict:
-    """One of the package's own TOML files (presets, their tables), parsed once a process: every
-    reader of it reads it here. A user's file is read with :func:`read_text`, each time."""
-    return tomllib.loads(read_text(path))
 
 
 def write_text(path, text: str | bytes) -> None:

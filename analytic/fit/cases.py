@@ -9,6 +9,7 @@ import math
 import tomllib
 from pathlib import Path
 
+from ..core.cache import parsed_toml
 from ..core.errors import AnalyticError, InputError, ValidationError, shown
 from ..core.files import read_text
 
@@ -102,7 +103,7 @@ def _load(folder: Path, paths) -> tuple[list[dict], dict]:
     cases, plans, where = [], {}, {}
     for path in paths:
         try:
-            data = tomllib.loads(read_text(path))
+            data = parsed_toml(read_text(path))
         except OSError as exc:  # a FIFO, a device or a file over its bound among the cases
             raise AnalyticError(f"{path.name}: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, RecursionError) as exc:

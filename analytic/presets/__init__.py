@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import replace
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
 
+from ..core.cache import package_toml
 from ..core.choices import FP8_RECIPES, PLATFORMS, TRAINING_DTYPES
 from ..core.errors import InputError, PresetError, UnknownNameError
-from ..core.files import package_toml, read_text
 from ..core.units import Q
 from ..core.values import as_quantity, choice
 from .hardware import Calibration, Ceiling, Hardware
@@ -76,7 +75,7 @@ def _geometric_mean(values: list[float]) -> float:
 
 
 def table(name: str) -> dict:
-    """presets/NAME.toml, parsed once a process (:func:`~analytic.core.files.package_toml`)."""
+    """presets/NAME.toml, parsed once a process (:func:`~analytic.core.cache.package_toml`)."""
     return package_toml(HERE / f"{name}.toml")
 
 
@@ -251,7 +250,7 @@ def matmul_efficiency(hw: Hardware, dtype: str) -> tuple[float | None, str]:
 
 @cache
 def _calibration_file() -> dict:
-    return tomllib.loads(read_text(CALIBRATION_FILE)) if CALIBRATION_FILE.exists() else {}
+    return package_toml(CALIBRATION_FILE) if CALIBRATION_FILE.exists() else {}
 
 
 def calibration(stack_name: str) -> Calibration:

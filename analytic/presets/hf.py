@@ -539,7 +539,7 @@ ALIASES = {"num_experts_per_tok": "experts_per_token"}
 def defaults(kind: str) -> dict:
     """The fields transformers' config class of ``kind`` fills where a config omits them
     (presets/hf_defaults.toml, each class and commit cited there)."""
-    from ..core.files import package_toml
+    from ..core.cache import package_toml
 
     return dict(package_toml(Path(__file__).parent / "hf_defaults.toml")[kind])
 
