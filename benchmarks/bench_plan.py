@@ -123,7 +123,7 @@ def main():
     first = wall(step, env, runs=1)
     warm = wall(step, env)
     print(
-        f'`analytic step` against `python -c "import numpy"` {where} ({numpy:.3f} s; target <= 3x):'
+        f'`analytic step` against `python -c "import numpy"` {where} ({numpy:.3f} s; target <= 2x):'
         " first "
         f"run {first:.2f} s ({first / numpy:.1f}x; it builds its plans' programs), later runs"
         f" {warm:.2f} s "

@@ -95,3 +95,16 @@ def test_one_grammar_reads_a_units_text_from_a_user_and_from_the_cache():
     plan.step_time()
     held = plan._numbers.bundle.quantities.units
     assert held and all(unit_table.plain(u) for u in held)
+
+
+def test_a_preset_dict_of_quantities_makes_one_only_where_a_value_is_read(monkeypatch):
+    """``"bf16" in hw.peaks`` and listing its keys make no pint Quantity (Plan asks it every time);
+    reading a value makes one, in the registry in use."""
+    from analytic.core import units
+
+    hw = an.hardware("h100-sxm")
+    made = []
+    monkeypatch.setattr(units, "shown", lambda x: made.append(x) or x)
+    assert "bf16" in hw.peaks and "fp4" not in hw.peaks and "bf16" in list(hw.peaks)
+    assert made == []
+    assert hw.peaks["bf16"] is made[0] and len(made) == 1  # the value read, and only it

@@ -114,7 +114,9 @@ class Program:
         last one did), :data:`MAX_STATES` states at most."""
         return {"masks": [bytearray(len(self.steps))], "index": {}}
 
-    def _transition(self, state: int, outputs: tuple) -> tuple[int, tuple[int, ...]]:
+    def _transition(self, state: int, outputs: tuple) -> tuple[int, tuple]:
+        """(the state after, the steps to run: (kernel, getter, spread, register) in program
+        order) for the registers in ``state`` asked ``outputs``; a state of -1 after: none kept."""
         known = self._asked
         key = (state, outputs)
         found = known["index"].get(key)
@@ -127,19 +129,26 @@ class Program:
             if r >= 0 and not done[r] and r not in need:
                 need.add(r)
                 stack.extend(self.steps[r][1])
-        run = tuple(sorted(need))
+        steps = self._scalar_steps
+        run = tuple((*steps[i], base + i) for i in sorted(need))
         with _LOCK:  # plans of one structure may be evaluated on several threads
             after = state
             if run:
                 if len(known["masks"]) >= MAX_STATES:
                     return -1, run  # run, but remember nothing more
                 mask = bytearray(done)
-                for i in run:
+                for i in need:
                     mask[i] = 1
                 known["masks"].append(mask)
                 after = len(known["masks"]) - 1
             known["index"][key] = after, run
         return after, run
+
+    @functools.cached_property
+    def _every_step(self) -> tuple:
+        """Every step as :meth:`_transition` gives them."""
+        base = len(self.inputs) + len(self.constants)
+        return tuple((*step, base + i) for i, step in enumerate(self._scalar_steps))
 
     @functools.cached_property
     def _scalar_steps(self) -> tuple:
@@ -240,13 +249,12 @@ class Registers:
         """The registers, with every step the ``outputs`` (indices into :attr:`Program.outputs`)
         read computed."""
         regs, p = self._regs, self._program
-        if self._state < 0:  # past the states kept: the whole program
-            outputs = tuple(range(len(p.outputs)))
-        self._state, run = p._transition(max(self._state, 0), outputs)
-        if run:
-            steps, base = p._scalar_steps, len(regs) - len(p.steps)
-            for i in run:
-                if regs[base + i] is None:
-                    fn, get, spread = steps[i]
-                    regs[base + i] = fn(*get(regs)) if spread else fn(get(regs))
+        if self._state < 0:  # past the states kept: the whole program, each step once
+            for fn, get, spread, at in p._every_step:
+                if regs[at] is None:
+                    regs[at] = fn(*get(regs)) if spread else fn(get(regs))
+            return regs
+        self._state, run = p._transition(self._state, outputs)
+        for fn, get, spread, at in run:
+            regs[at] = fn(*get(regs)) if spread else fn(get(regs))
         return regs

@@ -200,7 +200,8 @@ def _operand(other):
     return other, DIMENSIONLESS
 
 
-def _converted(m, factor):
+def converted(m, factor):
+    """Magnitude ``m`` times a unit's ``factor``, as pint converts it (exact numbers kept exact)."""
     if factor == 1 and type(factor) is int:
         return m * factor
     if isinstance(m, Decimal):
@@ -236,7 +237,7 @@ class Quantity:
 
     def to(self, unit) -> "Quantity":
         unit = Unit.of(unit)
-        return Quantity(_converted(self.magnitude, self.units.factor(unit)), unit)
+        return Quantity(converted(self.magnitude, self.units.factor(unit)), unit)
 
     def m_as(self, unit):
         return self.to(unit).magnitude
@@ -247,7 +248,7 @@ class Quantity:
             return m
         if m == 0 and not isinstance(other, Quantity) and u is DIMENSIONLESS:
             return m  # pint adds a bare zero to any quantity
-        return _converted(m, u.factor(self.units))
+        return converted(m, u.factor(self.units))
 
     def __add__(self, other):
         return Quantity(self.magnitude + self._in_mine(other), self.units)

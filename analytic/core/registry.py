@@ -23,6 +23,8 @@ _DEFINED: weakref.WeakSet = weakref.WeakSet()  # registries the library's units 
 # registry → {units.txt name: its name}
 _NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _UNITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → {items: its Unit}
+# (a weak reference to the registry last in use, its units): each quantity finds them at once
+_LAST: tuple = (lambda: None, {})
 
 
 def use_registry(ureg=None):
@@ -42,37 +44,46 @@ def use_registry(ureg=None):
 def registry():
     """The registry in use (pint's application registry unless :func:`use_registry` chose another),
     the library's units defined into it."""
+    return _in_use()[0]
+
+
+def _in_use() -> tuple:
+    """(the registry in use, the registry behind it, its units made so far: {items: its Unit})."""
+    global _LAST
     import pint
 
     ureg = _CHOSEN[0] if _CHOSEN else pint.get_application_registry()
     real = _real(ureg)
-    if real not in _DEFINED:
-        with _LOCK:
-            if real not in _DEFINED:
-                # pint's operators leave the library's quantities to theirs (as they leave
-                # xarray's), so the two mix in either order
-                pint.compat.upcast_type_map.setdefault("analytic.core.quantity.Quantity", None)
-                _define(real)
-                _count_context(real)
-                _DEFINED.add(real)
-                _NAMES[real], _UNITS[real] = {}, {}
-    return ureg
+    last, made = _LAST
+    if last() is not real:
+        if real not in _DEFINED:
+            with _LOCK:
+                if real not in _DEFINED:
+                    # pint's operators leave the library's quantities to theirs (as they leave
+                    # xarray's), so the two mix in either order
+                    pint.compat.upcast_type_map.setdefault("analytic.core.quantity.Quantity", None)
+                    _define(real)
+                    _count_context(real)
+                    _DEFINED.add(real)
+                    _NAMES[real], _UNITS[real] = {}, {}
+        made = _UNITS[real]
+        _LAST = weakref.ref(real), made
+    return ureg, real, made
 
 
 def pint_units(items: tuple):
     """A container of units.txt's canonical names as the registry in use's unit (its names: "bps" is
     pint's "baud")."""
-    return _units_in(_real(registry()), items)
+    return _units_in(*_in_use()[1:], items)
 
 
 def pint_quantity(magnitude, items: tuple):
     """pint's Quantity of ``magnitude`` in :func:`pint_units` ``items``, in the registry in use."""
-    real = _real(registry())
-    return real.Quantity(magnitude, _units_in(real, items))
+    _, real, made = _in_use()
+    return real.Quantity(magnitude, made.get(items) or _units_in(real, made, items))
 
 
-def _units_in(real, items: tuple):
-    made = _UNITS[real]
+def _units_in(real, made: dict, items: tuple):
     unit = made.get(items)
     if unit is None:
         from pint.util import UnitsContainer

@@ -15,8 +15,8 @@ import functools
 import sys
 from collections.abc import Mapping
 
-from .quantity import DIMENSIONLESS, Quantity, Unit
-from .registry import registry, use_registry
+from .quantity import DIMENSIONLESS, Quantity, Unit, converted
+from .registry import pint_quantity, registry, use_registry
 from .unit_table import DimensionalityError, UndefinedUnit
 
 __all__ = ["DIMENSIONLESS", "DimensionalityError", "Q", "Quantity", "Shown", "ShownMapping",
@@ -68,15 +68,19 @@ def readable(x):
     if _AS_DATA.get() or not is_quantity(x):
         return x
     x = data(x)
-    unit = _readable_unit(x.units)
-    return shown(x if unit is None else x.to(unit))
+    factor, items = _readable_unit(x.units)
+    # x.to(the readable unit).pint(), without the Quantity between
+    return pint_quantity(x.magnitude if factor is None else converted(x.magnitude, factor), items)
 
 
 @functools.lru_cache(maxsize=256)
-def _readable_unit(unit: Unit) -> Unit | None:
+def _readable_unit(unit: Unit) -> tuple:
+    """(the factor to the unit a person reads ``unit``'s kind in, or None: none; that unit's
+    items)."""
     dims = unit.dimensionality
-    return next((Unit.of(person) for kind, person in READABLE.items()
-                 if Unit.of(kind).dimensionality == dims), None)
+    person = next((Unit.of(person) for kind, person in READABLE.items()
+                   if Unit.of(kind).dimensionality == dims), None)
+    return (None, unit.items) if person is None else (unit.factor(person), person.items)
 
 
 def Q(magnitude, unit=DIMENSIONLESS):
@@ -175,6 +179,9 @@ class ShownMapping(Mapping):
 
     def __iter__(self):
         return iter(self._held)
+
+    def __contains__(self, key):
+        return key in self._held
 
     def __len__(self):
         return len(self._held)

@@ -75,7 +75,7 @@ def _numpy_is(x, kind: str) -> bool:
 def is_number(x) -> bool:
     """Whether ``x`` is a number: anything but an expression in symbols (sympy's with free symbols,
     or a term)."""
-    if type(x) in _PLAIN:
+    if type(x) in _PLAIN or type(x) is Fraction:
         return True
     if type(x) is Term:
         return False
@@ -219,6 +219,8 @@ def exact_number(x) -> int | Fraction:
 def as_float(x) -> float:
     """An exact number as a float: a Fraction or sympy rational by one correctly rounded division
     (as float() of a Fraction gives; a sympy rational's without mpmath)."""
+    if type(x) in _PLAIN or type(x) is Fraction:
+        return float(x)
     if is_sympy(x) and x.is_Rational:
         return x.p / x.q
     return float(x)

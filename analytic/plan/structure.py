@@ -9,6 +9,7 @@ their numbers, so the programs lowered once from a template of the structure (:m
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
 from ..core.symbols import sym
 from ..core.values import as_float, is_number
@@ -45,6 +46,10 @@ HARDWARE_INPUTS = (
     "routing_imbalance", "restart_time", "checkpoint_write_time", "checkpoint_time",
     "scale_up_links"
 )
+#: the inputs :func:`structure` does not hold fixed
+_NOT_FIXED = frozenset((*_DEGREES, "microbatch_size"))
+#: the types most inputs are: numbers, whose float() is as_float's
+_EXACT = frozenset((int, float, Fraction))
 #: the extra input of a stage's quantities
 STAGE = "stage"
 #: what layout search reads of every layout
@@ -85,7 +90,7 @@ def structure(inp: Inputs) -> str | None:
     ]
     open_ok += [(lay.etp, "etp")] if lay.etp is not None else []
     fixed = [lay.comm_sms, inp.seq_len, inp.global_batch, inp.training_tokens]
-    fixed += [v for k, v in inp.given.items() if k not in (*_DEGREES, "microbatch_size")]
+    fixed += [v for k, v in inp.given.items() if k not in _NOT_FIXED and type(v) not in _EXACT]
     if (
         lay.first_stage_layers is not None
         or lay.last_stage_layers is not None
@@ -183,7 +188,11 @@ def numbers(inp: Inputs) -> dict:
                microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)
     return {
         **_model_numbers(inp.model),
-        **{k: as_float(v) for k, v in out.items() if v is not None and is_number(v)},
+        **{
+            k: float(v) if type(v) in _EXACT else as_float(v)
+            for k, v in out.items()
+            if type(v) in _EXACT or (v is not None and is_number(v))
+        },
     }
 
 

@@ -441,7 +441,12 @@ def stack(name: str) -> dict:
     tables = _stack_tables()
     if name not in tables:
         raise UnknownNameError("stack", name, tables)
-    own = dict(tables[name])
+    return dict(_stack(name))
+
+
+@cache
+def _stack(name: str) -> dict:
+    own = dict(_stack_tables()[name])
     inherited = stack(own.pop("base")) if "base" in own else {}
     return inherited | {k: v if k == "name" else _sourced(name, k, v)[0] for k, v in own.items()}
 
