@@ -207,6 +207,13 @@ def _freed_and_gathered(d: Derivation, norms, out):
     d.check(up[0] + up[1] / t, "memory.activations.freed.mla_up_proj")
     d.check((up[0] + up[1]) / t, "memory.activations.freed.mla_up_proj_sp")
     d.check(two * s * b * k * h_e / t, "memory.activations.freed.moe_act")
+    d.step(
+        "'mlp' checkpoints a dense MLP on its input, the norm's output: of its half only the norm's"
+        " input and output stay saved, and what the MLP saves inside it, a SwiGLU's gate, up and"
+        " product (3 × 2sb·h_ff) or an ungated MLP's two h_ff-wide tensors, split by TP, is freed"
+    )
+    d.check(3 * two * s * b * h_ff / t, "memory.activations.freed.mlp_swiglu")
+    d.check(2 * two * s * b * h_ff / t, "memory.activations.freed.mlp_gelu")
     head = d.step(
         "The last stage's head keeps the final norm's input and the output layer's input (the"
         " norm's output), [s, b, h] each, sequence parts like a layer's norms'",

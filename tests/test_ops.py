@@ -373,3 +373,50 @@ def test_recomputation_by_op_and_by_module_runs_its_gemms_forward_again():
     )
     want = tokens * up / 2 * (v3.layers + v3.mtp_modules) / (100e12 * 0.5)
     assert gemm[("mla_up_proj",)] - gemm[("core_attn",)] == pytest.approx(want, rel=1e-9)
+
+
+def test_the_mlp_module_runs_each_dense_mlp_forward_again():
+    """Megatron-Core's "mlp" module on Llama 3 8B (32 dense layers): each layer's three SwiGLU
+    matmuls forward again, 2·3·h·h_ff FLOPs a token, at the GEMMs' share of peak (HBM taken as
+    endless, as the test above takes it), and its SwiGLU forward again, the 3h_ff elements of its
+    forward pass (of the 8h_ff over both passes, as test_memory_bound_kernels_by_hand counts them)
+    at 2 bytes each, at 2 TB/s × 0.9; the attention's time does not change."""
+    m = an.model("llama3-8b")
+
+    def diff(hbm):
+        kw = dict(seq_len=4096, global_batch=8, hbm_bandwidth=hbm, **GIVEN)
+        a, b = (
+            an.Plan(
+                m, HAND, an.Layout(dp=8, recompute="selective", recompute_modules=mods), **kw
+            ).time_breakdown(ops=True)
+            for mods in (("core_attn", "mlp"), ("core_attn",))
+        )
+        return {k: (a[k] - b[k]).to("s").magnitude for k in ("gemm", "memory_bound", "attention")}
+
+    tokens = 4096
+    gemm = tokens * 2 * 3 * m.hidden * m.ffn_hidden * m.layers / (100e12 * 0.5)
+    swiglu = tokens * 3 * m.ffn_hidden * m.layers * 2 / (2e12 * 0.9)
+    assert diff("1e30 B/s")["gemm"] == pytest.approx(gemm, rel=1e-9)
+    hbm = diff("2 TB/s")
+    assert hbm["memory_bound"] == pytest.approx(swiglu, rel=1e-9) and hbm["attention"] == 0
+
+
+def test_the_op_level_policy_runs_a_blocks_memory_bound_kernels_forward_again():
+    """TorchTitan's op-level policy recomputes every memory-bound op of a block: on Llama 3 8B each
+    layer's norms and residual adds forward again (10h elements a token), its SwiGLU forward (3h_ff)
+    and one more rotary pass (2(a + a_kv)d_h), at 2 bytes each, at 2 TB/s × 0.9; the loss is not
+    recomputed."""
+    m = an.model("llama3-8b")
+    kw = dict(seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s", **GIVEN)
+    bound = {
+        r: an.Plan(m, HAND, an.Layout(dp=8, zero=3, recompute=r), stack="torchtitan", **kw)
+        .time_breakdown(ops=True)["memory_bound"]
+        .to("s")
+        .magnitude
+        for r in ("selective", "none")
+    }
+    per_token = m.layers * (
+        10 * m.hidden + 3 * m.ffn_hidden + 2 * (m.heads + m.kv_heads) * m.head_dim
+    )
+    want = per_token * 4096 * 2 / (2e12 * 0.9)
+    assert bound["selective"] - bound["none"] == pytest.approx(want, rel=1e-9)

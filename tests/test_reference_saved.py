@@ -237,13 +237,17 @@ def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
 
 
 @pytest.mark.parametrize(
-    "modules,error",
-    [(("mla_up_proj",), "multi-head latent attention"), (("moe_act",), "MoE layers")],
+    "modules,error,model",
+    [
+        (("mla_up_proj",), "multi-head latent attention", "llama3-8b"),
+        (("moe_act",), "MoE layers", "llama3-8b"),
+        (("mlp",), "dense MLP layers", "qwen3-30b-a3b"),
+    ],
 )
-def test_a_recompute_module_the_model_lacks_is_refused(modules, error):
+def test_a_recompute_module_the_model_lacks_is_refused(modules, error, model):
     with pytest.raises(an.InputError, match=error):
         an.Plan(
-            an.model("llama3-8b"),
+            an.model(model),
             an.hardware("h100-sxm"),
             an.Layout(recompute="selective", recompute_modules=modules),
             seq_len=4096,
@@ -358,3 +362,48 @@ def test_savers_never_add_and_fp8_at_most_halves(model, modules, sp):
     plain, saved = layer(), layer(modules)
     assert 0 < saved <= plain
     assert saved / 2 <= layer(modules, fp8=True) <= saved
+
+
+def test_a_dense_mlp_recomputed_by_the_mlp_module_keeps_only_its_norms_input_and_output():
+    """A dense SwiGLU MLP of 160 (h = 256): the norm's input and output and the gate, up and
+    product, 4h + 6·160 = 1,984 bytes a token; under Megatron-Core's "mlp" module the checkpoint
+    keeps the norm's output and frees the rest: 4h = 1,024. torch also keeps the norm's fp32
+    statistics (4 bytes a row)."""
+    from analytic.reference.saved import DenseMLPHalf
+
+    whole = per_token("memory.activations.mlp_swiglu", ffn_hidden=160)
+    freed = (
+        an.formula("memory.activations.freed.mlp_swiglu")
+        .evaluate(seq_len=1, microbatch_size=1, tp=1, ffn_hidden=160)
+        .to("byte")
+        .magnitude
+    )
+    assert (whole, whole - freed) == (4 * H + 6 * 160, 4 * H) == (1984, 1024)
+    for recompute, want in ((False, whole), (True, whole - freed)):
+        got = saved_bytes(DenseMLPHalf(H, 160, recompute=recompute), TOKENS, H)
+        assert got == {"bfloat16": TOKENS * want, "float32": TOKENS * 4}
+
+
+def test_the_mlp_module_frees_a_dense_layers_mlp_and_runs_its_forward_again():
+    """Llama 3 8B (32 dense layers, h = 4,096, SwiGLU of 14,336) under Megatron-Core's "mlp" module:
+    a layer keeps 6 × 14,336 bytes a token fewer (139,392 − 86,016), its FP8 caching then frees only
+    the two norms' outputs (a byte each of 2 × 4,096), and the step runs every layer's MLP forward
+    again: 32 × 2 × 3 × 4,096 × 14,336 FLOPs a token more."""
+
+    def plan(modules, **kw):
+        lay = an.Layout(tp=1, dp=8, recompute="selective", recompute_modules=modules,
+                        fp8_activations=kw.pop("fp8_activations", False))
+        return an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), lay, seq_len=4096,
+                       global_batch=8, **kw)
+
+    def per_token(p):
+        return p.expr("memory.activations.layer").value().to("byte").magnitude / 4096
+
+    core, mlp = plan(("core_attn",)), plan(("core_attn", "mlp"))
+    assert (per_token(core), per_token(mlp)) == (139392, 139392 - 6 * 14336)
+    tokens = 8 * 4096
+    extra = mlp.hardware_flops().to("FLOP").magnitude - core.hardware_flops().to("FLOP").magnitude
+    assert extra == 32 * tokens * 2 * 3 * 4096 * 14336
+    assert mlp.step_time() > core.step_time()
+    cached = plan(("mlp",), dtype="fp8", fp8_activations=True)
+    assert per_token(plan(("mlp",), dtype="fp8")) - per_token(cached) == 2 * 4096

@@ -176,7 +176,7 @@ def _pipeline_args(g) -> None:
         help=(
             "what --recompute selective recomputes (Megatron-Core's --recompute-modules):"
             " core_attn, the default; layernorm, mla_up_proj and moe_act free their outputs"
-            " (DeepSeek-V3 recomputes these three)"
+            " (DeepSeek-V3 recomputes these three); mlp a dense layer's MLP from its input"
         ),
     )
 

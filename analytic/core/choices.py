@@ -7,8 +7,8 @@ RECOMPUTE = ("none", "selective", "full")
 #: the submodules recompute="selective" recomputes (NVIDIA/Megatron-LM
 #: TransformerConfig.recompute_modules; none given means its default, the attention core): the
 #: attention core, and output-discarding the two norms, MLA's up-projections with RoPE and the MoE
-#: experts' activation (DeepSeek-V3 §3.2.3, §3.3.2)
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+#: experts' activation (DeepSeek-V3 §3.2.3, §3.3.2), and a dense layer's MLP from its input
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act")
 #: tensors a stack's layer saves beyond the fused count (presets/stacks.toml saved_extra;
 #: Megatron-LM's model before Megatron-Core): hidden-dropout masks, a contiguous copy of the
 #: attention output, an unfused SiLU's output

@@ -854,6 +854,27 @@ define(
     "bytes an MoE layer's activations shrink by when its experts' activation is recomputed",
     coefficient_unit="byte",
 )
+for kind, inner, saved in (
+    ("swiglu", 6, "the gate and up projections and their product (3 × 2sb·h_ff)"),
+    ("gelu", 4, "the first matrix's output and the activation's output (2 × 2sb·h_ff)"),
+):
+    define(
+        f"memory.activations.freed.mlp_{kind}",
+        s * b * inner * h_ff / t,
+        "byte",
+        "NVIDIA/Megatron-LM TransformerConfig.recompute_modules 'mlp' ('recompute the dense MLP"
+        " layer', with normal checkpointing: TransformerLayer checkpoints self.mlp on the"
+        f" pre-MLP norm's output); {HALVES}",
+        (
+            (
+                f"what the dense MLP saves inside it, {saved}, split by TP, is freed and recomputed"
+                " from its input, the norm's output, which the checkpoint keeps (as do the norm's"
+                " input and the MoE layers, which the module leaves alone)"
+            ),
+        ),
+        f"bytes a dense {kind} MLP layer's activations shrink by when its MLP is recomputed",
+        coefficient_unit="byte",
+    )
 
 OP_SAC = (
     "pytorch/torchtitan parallelize_llama.py (2024), selective activation checkpointing 'op': the"

@@ -65,7 +65,7 @@ def _megatron_core(inp: Inputs) -> Formula:
 def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formula:
     """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, of the
     recomputed share of the layers; for selective, its modules' forwards (the attention core, MLA's
-    up-projections), or under the op-level policy every second matmul's."""
+    up-projections, the dense layers' MLPs), or under the op-level policy every second matmul's."""
     lay, m = inp.deg, inp.model
     if inp.selective == "op":
         selective = (
@@ -76,6 +76,9 @@ def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formul
         if not is_false(lay.up_proj_recomputed):
             up_proj = inp.f("compute.recompute.mla_up_proj_flops_per_token")
             selective = selective + up_proj * m.blocks * inp.tokens_per_step
+        if not is_false(lay.mlp_recomputed):
+            mlp = inp.f(f"compute.mlp_forward_flops_per_token.{m.mlp_formulas}")
+            selective = selective + mlp * m.dense_blocks * inp.tokens_per_step
     return training + cases(
         "recomputed",
         training.unit,

@@ -58,6 +58,10 @@ class Degrees:
         self.up_proj_recomputed = (
             self.recompute_is("selective") if "mla_up_proj" in modules else self.condition(False)
         )
+        #: condition: selective recomputation runs the dense layers' MLPs again
+        self.mlp_recomputed = (
+            self.recompute_is("selective") if "mlp" in modules else self.condition(False)
+        )
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
     def zero3_gathers_per_microbatch(self, recomputed) -> Formula:

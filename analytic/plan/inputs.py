@@ -230,6 +230,7 @@ class Inputs:
             check_offload(self.stack, props.get("optimizer_offload"), layout)
         for name, needs, what in (
             ("mla_up_proj", model.attention == "mla", "multi-head latent attention"),
+            ("mlp", model.dense_blocks != 0, "dense MLP layers"),
             ("moe_act", model.is_moe, "MoE layers"),
         ):
             if name in modules and not needs:

@@ -83,7 +83,8 @@ class Layout:
     recomputes, as Megatron-Core's ``--recompute-modules`` and DeepSeek-V3 (§3.2.3) do: "core_attn"
     (the attention core; what selective means when none are named), and, freeing their outputs,
     "layernorm" (a layer's two norms), "mla_up_proj" (MLA's up-projections with RoPE and the
-    latents' norms) and "moe_act" (the routed experts' SwiGLU).
+    latents' norms) and "moe_act" (the routed experts' SwiGLU), and, keeping only its input, "mlp"
+    (a dense layer's whole MLP).
 
     ``fp8_activations`` caches in FP8 what a layer saves as the input of a matmul or of its SwiGLU
     (the norms' outputs, MLA's latents, each token's routed copies, the SwiGLU's input and output),

@@ -240,6 +240,7 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
         "core_attn": None,
         "layernorm": f"layernorm{sp}",
         "mla_up_proj": f"mla_up_proj{sp}",
+        "mlp": None if moe else f"mlp_{m.mlp_formulas}",
         "moe_act": "moe_act" if moe else None,
     }
     routed = {"topk": inp.busiest_topk}  # a token's copies the busiest rank's experts hold (padded)
@@ -268,8 +269,10 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
         width, copies = m.expert_ffn_hidden, inp.busiest_topk + m.shared_experts
     products = m.shared_experts if moe and "moe_act" in modules else copies
     fp8 = "memory.activations.fp8_freed"
-    cached = [inp.f(f"{fp8}.swiglu_inputs", ffn_hidden=width, **kw) * copies]
-    if products:  # moe_act without shared experts leaves no product saved
+    cached = []
+    if moe or "mlp" not in modules:  # a recomputed dense MLP saves nothing of its SwiGLU
+        cached.append(inp.f(f"{fp8}.swiglu_inputs", ffn_hidden=width, **kw) * copies)
+    if products and cached:  # moe_act without shared experts leaves no product saved
         cached.append(inp.f(f"{fp8}.swiglu_products", ffn_hidden=width, **kw) * products)
     if "layernorm" not in modules:
         cached.append(inp.f(f"memory.activations.fp8_freed.norm_outputs{sp}", **kw))
@@ -277,7 +280,7 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
         cached.append(inp.f(f"memory.activations.fp8_freed.mla_latents{sp}", **kw))
     if moe:
         cached.append(inp.f("memory.activations.fp8_freed.expert_inputs", **kw, **routed))
-    return layer - sum(cached[1:], cached[0])
+    return layer - sum(cached[1:], cached[0]) if cached else layer
 
 
 def stage_layers(inp: Inputs) -> tuple:

@@ -37,6 +37,8 @@ class _Ops:
         self.again = cases(
             "again", "", (inp.recomputed, lay.recompute_is("full")), *selective, (0, True)
         ).term  # the attention core runs again
+        # the dense MLPs' forward again: full recomputation's, or the "mlp" recompute module's
+        self.mlp_again = self.full + cases("mlp", "", (1, lay.mlp_recomputed), (0, True)).term
         # mixers and FFNs of each kind per stage, and residual branches in blocks' worth (two a
         # block)
         self.attention, self.mamba = ratio(m.attention_blocks, lay.pp), ratio(
@@ -195,7 +197,10 @@ def gemm_time(o: _Ops) -> Formula:
     )
     fc1 = 2 if m.mlp_formulas == "swiglu" else 1
     dense = _sum(
-        [o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)]
+        [
+            o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8, again=o.mlp_again),
+            o.gemm(1, M, h, m.ffn_hidden / t, fp8, again=o.mlp_again),
+        ]
     )
     if o.op != 0:  # the op-level policy runs wk, wo and w3 forward again
         again = [(m.kv_heads * d_h / t, h), (h, a * d_h / t), (m.ffn_hidden / t, h)]
@@ -311,15 +316,15 @@ def memory_bound_time(o: _Ops) -> Formula:
         + f("compute.memory_bound.residual_backward")
     ) * stream
 
-    def activation(width):
+    def activation(width, runs=forwards):
         return (
-            f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * forwards
+            f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * runs
             + f(f"compute.memory_bound.mlp_backward.{m.mlp_formulas}", ffn_hidden=width)
         ) * (M / t)
 
     total = elements * o.branches + o.loss_elements * ratio(1, lay.pp)
     if m.dense_blocks:
-        total = total + activation(m.ffn_hidden) * o.dense
+        total = total + activation(m.ffn_hidden, 1 + o.mlp_again + o.op) * o.dense
     if m.is_moe:
         moe = activation(m.expert_ffn_hidden) * (inp.busiest_topk + m.shared_experts)
         permute = f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden,

@@ -1,7 +1,8 @@
 """The bytes a layer's forward leaves saved for its backward, on real tensors: an MLA attention half
 and an MoE MLP half as Megatron-Core builds them, with fused norms, FlashAttention and a fused
 probability-weighted SwiGLU (what ``memory.activations.attention_mla`` and
-``memory.activations.mlp_moe`` count), and a Llama layer as Megatron-LM's model before Megatron-Core
+``memory.activations.mlp_moe`` count), a dense MLP half with and without Megatron-Core's "mlp"
+recompute module, and a Llama layer as Megatron-LM's model before Megatron-Core
 builds it (what ``memory.activations.layer_flash_swiglu`` and ``memory.activations.legacy.*``
 count)."""
 
@@ -179,6 +180,31 @@ class MoEHalf(nn.Module):
         return x + out
 
 
+class DenseMLPHalf(nn.Module):
+    """A dense SwiGLU MLP as Megatron-Core's: the pre-MLP norm, the gate-and-up matmul, the fused
+    SwiGLU and the down matmul; with ``recompute``, the MLP after the norm under a normal checkpoint
+    on the norm's output, which saves that input for its backward as Megatron-Core's
+    tensor_parallel.checkpoint does (TransformerLayer with recompute_modules 'mlp')."""
+
+    def __init__(self, hidden: int, ffn_hidden: int, recompute: bool = False):
+        super().__init__()
+        self.recompute = recompute
+        self.norm = nn.Parameter(torch.ones(hidden))
+        self.fc1 = nn.Linear(hidden, 2 * ffn_hidden, bias=False)
+        self.fc2 = nn.Linear(ffn_hidden, hidden, bias=False)
+
+    def _mlp(self, y):
+        return self.fc2(WeightedSwiGLU.apply(self.fc1(y)))
+
+    def forward(self, x):
+        y = _norm(x, self.norm)
+        if self.recompute:
+            from torch.utils.checkpoint import checkpoint
+
+            return x + checkpoint(self._mlp, y, use_reentrant=True)
+        return x + self._mlp(y)
+
+
 def _dropout(x, p):
     """Training-mode dropout as F.dropout runs it on a GPU (native_dropout: a 1-byte mask saved); on
     a CPU F.dropout itself multiplies by a noise tensor of the input's dtype instead."""
@@ -244,6 +270,7 @@ def saved_bytes(module: nn.Module, tokens: int, hidden: int, batch: int | None =
 
 
 __all__ = [
+    "DenseMLPHalf",
     "FlashAttention",
     "FusedRMSNorm",
     "LegacyLlamaLayer",
