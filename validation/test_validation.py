@@ -815,6 +815,8 @@ def test_published_runs_predicted_not_to_fit_are_listed(results, docs):
     plan = calibration.build_plan(cases[NOT_FITTING]["plan"])
     assert round(plan.memory().total.to("GB").magnitude, 1) == 188.8
     assert plan.memory_verdict() == "does not fit"
+    peak = (plan.memory_peak() / plan.memory().hbm).to("").magnitude
+    assert f"where the peaks would put them at {peak:.2f} and 1.27" in " ".join(readme.split())
 
 
 def test_reported_out_of_memory_runs_do_not_fit(results, docs):
