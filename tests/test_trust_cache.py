@@ -303,18 +303,19 @@ TOML_FILES = sorted(
 
 
 @pytest.mark.parametrize("path", TOML_FILES, ids=lambda p: p.name)
-def test_a_toml_file_read_again_has_tomllibs_values(cache, path):
+def test_a_toml_file_read_again_has_tomllibs_values(cache, path, monkeypatch):
     """The presets' and the validation's TOML, parsed once (then kept as JSON) and read back from
-    the cache: the values, types and key order tomllib gives."""
+    the cache, tomllib not called again: the values, types and key order tomllib gives."""
     import tomllib
 
-    from analytic.core.cache import parsed_toml
+    from analytic.core import cache as kept
 
     text = path.read_text(encoding="utf-8")
     expected = tomllib.loads(text)
-    assert _typed(parsed_toml(text)) == _typed(expected)
+    assert _typed(kept.parsed_toml(text)) == _typed(expected)
     assert len(list(cache.glob("toml-*.json"))) == 1
-    again = parsed_toml(text)
+    monkeypatch.setattr(kept.tomllib, "loads", lambda text: pytest.fail("parsed again"))
+    again = kept.parsed_toml(text)
     assert _typed(again) == _typed(expected) and list(again) == list(expected)
 
 
