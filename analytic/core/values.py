@@ -63,6 +63,8 @@ def is_sympy(x) -> bool:
 
 #: types no sympy object has (checked first: most values are these)
 _PLAIN = frozenset({int, float, bool, str, type(None)})
+#: the types most numbers a plan reads are: each a number, its float() the correctly rounded one
+NUMBER_TYPES = frozenset({int, float, Fraction})
 
 
 def _numpy_is(x, kind: str) -> bool:
@@ -75,7 +77,7 @@ def _numpy_is(x, kind: str) -> bool:
 def is_number(x) -> bool:
     """Whether ``x`` is a number: anything but an expression in symbols (sympy's with free symbols,
     or a term)."""
-    if type(x) in _PLAIN or type(x) is Fraction:
+    if type(x) in _PLAIN or type(x) in NUMBER_TYPES:
         return True
     if type(x) is Term:
         return False
@@ -219,7 +221,7 @@ def exact_number(x) -> int | Fraction:
 def as_float(x) -> float:
     """An exact number as a float: a Fraction or sympy rational by one correctly rounded division
     (as float() of a Fraction gives; a sympy rational's without mpmath)."""
-    if type(x) in _PLAIN or type(x) is Fraction:
+    if type(x) in NUMBER_TYPES:
         return float(x)
     if is_sympy(x) and x.is_Rational:
         return x.p / x.q

@@ -9,10 +9,9 @@ their numbers, so the programs lowered once from a template of the structure (:m
 from __future__ import annotations
 
 import functools
-from fractions import Fraction
 
 from ..core.symbols import sym
-from ..core.values import as_float, is_number
+from ..core.values import NUMBER_TYPES, as_float, is_number
 from .inputs import Inputs
 from .layout import choice_indices
 
@@ -48,8 +47,6 @@ HARDWARE_INPUTS = (
 )
 #: the inputs :func:`structure` does not hold fixed
 _NOT_FIXED = frozenset((*_DEGREES, "microbatch_size"))
-#: the types most inputs are: numbers, whose float() is as_float's
-_EXACT = frozenset((int, float, Fraction))
 #: the extra input of a stage's quantities
 STAGE = "stage"
 #: what layout search reads of every layout
@@ -90,7 +87,9 @@ def structure(inp: Inputs) -> str | None:
     ]
     open_ok += [(lay.etp, "etp")] if lay.etp is not None else []
     fixed = [lay.comm_sms, inp.seq_len, inp.global_batch, inp.training_tokens]
-    fixed += [v for k, v in inp.given.items() if k not in _NOT_FIXED and type(v) not in _EXACT]
+    fixed += [
+        v for k, v in inp.given.items() if k not in _NOT_FIXED and type(v) not in NUMBER_TYPES
+    ]
     if (
         lay.first_stage_layers is not None
         or lay.last_stage_layers is not None
@@ -189,9 +188,9 @@ def numbers(inp: Inputs) -> dict:
     return {
         **_model_numbers(inp.model),
         **{
-            k: float(v) if type(v) in _EXACT else as_float(v)
+            k: float(v) if type(v) in NUMBER_TYPES else as_float(v)
             for k, v in out.items()
-            if type(v) in _EXACT or (v is not None and is_number(v))
+            if type(v) in NUMBER_TYPES or (v is not None and is_number(v))
         },
     }
 
