@@ -107,6 +107,7 @@ SEARCH_FLAGS = {
     "offload_activations",
     "offload_optimizer",
     "fp8_activations",
+    "quantized_params",
     "first_stage_layers",
     "last_stage_layers",
     "ep_overlap",
@@ -216,11 +217,15 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
 
 def layout_option_flags(get) -> dict:
     """The Layout fields ``step`` and ``search`` read alike from their flags: activations offloaded
-    or cached in FP8, the all-to-alls overlapped, the recompute modules, the end stages' layers and
-    the optimizer's offloaded share, where given."""
+    or cached in FP8, parameters kept quantized, the all-to-alls overlapped, the recompute modules,
+    the end stages' layers and the optimizer's offloaded share, where given."""
     from ..core.values import share
 
-    out = {k: True for k in ("offload_activations", "fp8_activations", "ep_overlap") if get(k)}
+    out = {
+        k: True
+        for k in ("offload_activations", "fp8_activations", "quantized_params", "ep_overlap")
+        if get(k)
+    }
     if get("recompute_modules"):
         out["recompute_modules"] = tuple(get("recompute_modules"))
     out |= {

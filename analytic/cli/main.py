@@ -251,6 +251,16 @@ def _precision_args(g) -> None:
         ),
     )
     g.add_argument(
+        "--quantized-params",
+        dest="quantized_params",
+        action="store_true",
+        default=None,
+        help=(
+            "with a low-precision --dtype: keep the linear layers' parameters only quantized and"
+            " all-gather them so (Megatron-Core's --fp8-param-gather)"
+        ),
+    )
+    g.add_argument(
         "--bf16-layers",
         dest="bf16_layers",
         metavar="FIRST,LAST",

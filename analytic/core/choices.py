@@ -3,6 +3,10 @@ once (plain data: the command line reads them without importing sympy or pint). 
 its index in these tuples."""
 
 ZERO_STAGES = (0, 1, 2, 3)
+#: the ZeRO stages quantized primary weights (Layout quantized_params) run at: Megatron-Core's
+#: distributed optimizer (megatron/training/arguments.py: "--fp8-param-gather only supported with
+#: distributed optimizer"; its FSDP's quantized gathers are not modelled)
+QUANTIZED_PARAMS_ZERO = (1, 2)
 RECOMPUTE = ("none", "selective", "full")
 #: the submodules recompute="selective" recomputes (NVIDIA/Megatron-LM
 #: TransformerConfig.recompute_modules; none given means its default, the attention core): the

@@ -220,8 +220,8 @@ define(
             " of them is not counted"
         ),
         (
-            "FP8 primary weights (Megatron's --fp8-param-gather), which keep no 16-bit copy, are"
-            " not modelled"
+            "with quantized primary weights (Megatron's --fp8-param-gather; Layout"
+            " quantized_params) these are the parameters: a plan keeps no 16-bit copy of them"
         ),
     ),
     "Transformer Engine's cached FP8 weights and transposes on one GPU",

@@ -240,19 +240,35 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
     routed = m.routed_expert_tensors
     tensors = (ratio(m.block_tensors - routed, lay.pp), ratio(routed, lay.pp * lay.ep))
     out = {**_none(), "blocking": ZERO_T, "edge": ZERO_T}
-    for (local, size, stride_), local_tensors in zip(
-        replica_groups(inp, params), tensors, strict=True
+    groups = replica_groups(inp, params)
+    for (local, size, stride_), local_tensors, quantized in zip(
+        groups, tensors, _quantized(inp, groups), strict=True
     ):
         if local.term == 0:  # no experts to reduce (dense models)
             continue
-        part = _beyond_one(size, lambda: _replica_traffic(inp, local, size, stride_, local_tensors))
+        part = _beyond_one(
+            size, lambda: _replica_traffic(inp, local, size, stride_, local_tensors, quantized)
+        )
         out = {k: out[k] + part.get(k, ZERO_T) for k in out}
     return out
 
 
-def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) -> dict:
+def _quantized(inp: Inputs, groups: list) -> tuple:
+    """Of each replica group's parameters per GPU, those kept quantized (Layout quantized_params:
+    the linears, all but the embedding and the output layer, on average over the stages, and the
+    layers kept in BF16); None for each without them."""
+    if not inp.layout.quantized_params:
+        return (None, None)
+    lay = inp.deg
+    ends = inp.model.stage_ends_formula(True, True) / (lay.tp * lay.pp)
+    dense, experts = (local for local, _, _ in groups)
+    return ((dense - ends) * (1 - inp.kept_16), experts * (1 - inp.kept_16))
+
+
+def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors, quantized) -> dict:
     """DP traffic of one replica group: ``size`` ranks ``stride_`` apart, each holding ``local``
-    parameters in ``local_tensors`` tensors."""
+    parameters in ``local_tensors`` tensors, ``quantized`` of them (or None) gathered at the
+    recipe's width (presets/precisions.toml param_gather_bytes)."""
     lay, mb = inp.deg, inp.microbatches
     buckets = _layers_local(inp)
     out = {}
@@ -260,6 +276,12 @@ def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) 
     weights = inp.f(
         "parallelism.dp.gradient_bytes", params=local
     )
+    gathered = weights
+    if quantized is not None:
+        narrow = Quantity(inp.recipe["param_gather_bytes"], "byte")
+        gathered = inp.f("parallelism.dp.gradient_bytes", params=local - quantized) + inp.f(
+            "parallelism.dp.gradient_bytes", params=quantized, element_bytes=narrow
+        )
     fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Quantity(4, "byte"))
     # fp32 buffers reduce in fp32
     grad = cases(
@@ -269,7 +291,7 @@ def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) 
         _collectives(inp, kind, grad / buckets, buckets, size, stride_)
         for kind in ("all_reduce", "reduce_scatter")
     )
-    ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)
+    ag = _collectives(inp, "all_gather", gathered / buckets, buckets, size, stride_)
     # ZeRO-3's parameter gathers, and how many
     ag3, gathers = ag, lay.zero3_gathers_per_microbatch(
         inp.recomputed

@@ -16,6 +16,7 @@ from ..core.choices import (
     GRAD_DTYPES,
     MOMENT_DTYPES,
     OPTIMIZERS,
+    QUANTIZED_PARAMS_ZERO,
     ROUTINGS,
     SP_SAVED_INPUTS,
     default_stack,
@@ -101,6 +102,8 @@ class Inputs:
                 raise InputError(refusal)
         self.recipe = precision(self.dtype, self.fp8_recipe)  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
+        if layout.quantized_params:
+            self._check_quantized_params()
         self._read_bf16_layers(bf16_layers)
         self._read_capacity(expert_capacity, pad_to_capacity)
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
@@ -238,6 +241,29 @@ class Inputs:
                     f"recompute_modules: {name!r} recomputes a part of {what}, which"
                     f" {model.name or 'the model'} does not have"
                 )
+
+    def _check_quantized_params(self) -> None:
+        """Quantized primary weights, refused where they are not run as modelled: with a recipe
+        whose parameter all-gather is known (presets/precisions.toml param_gather_bytes), on a stack
+        that keeps Transformer Engine's quantized weights, at a ZeRO stage of the distributed
+        optimizer (choices.QUANTIZED_PARAMS_ZERO; an open stage is counted as one of them) and
+        without optimizer offload (yanring/Megatron-MoE-ModelZoo sbatch_benchmarking.sh: "Optimizer
+        CPU offload does not support fp8 param gather")."""
+        zero, lay = self.layout.zero, self.layout
+        if not (self.low_precision and "param_gather_bytes" in self.recipe):
+            need = "a low-precision dtype (fp8, mxfp8 or nvfp4)"
+        elif self.fp8_weight_cache != "transformer-engine":
+            need = f"a Transformer Engine stack, not {self.stack}"
+        elif is_number(zero) and zero not in QUANTIZED_PARAMS_ZERO:
+            stages = " or ".join(map(str, QUANTIZED_PARAMS_ZERO))
+            need = f"the distributed optimizer (zero {stages}), not zero {zero}"
+        elif lay.offload_optimizer:
+            need = "the optimizer on the device (no offload_optimizer)"
+        else:
+            return
+        raise InputError(
+            f"quantized_params: Megatron-Core's quantized primary weights need {need}"
+        )
 
     def _read_bf16_layers(self, given) -> None:
         """The first and last layers a low-precision plan keeps in BF16 (Megatron-LM's

@@ -90,6 +90,11 @@ class Layout:
     (the norms' outputs, MLA's latents, each token's routed copies, the SwiGLU's input and output),
     as DeepSeek-V3 does (§3.3.2); it needs FP8 training.
 
+    ``quantized_params`` keeps a linear layer's parameters only in the recipe's quantized form,
+    with no 16-bit copy: the distributed optimizer casts its fp32 master straight into them and
+    all-gathers them at the recipe's width (Megatron-Core's ``--fp8-param-gather`` and
+    ``--fp4-param-gather``); it needs a low-precision recipe on a Transformer Engine stack.
+
     ``offload_activations`` copies what each layer keeps for its backward to host memory and back
     (TransformerEngine's CPU offload under Megatron-LM's ``--cpu-offloading``; MaxText's ``offload``
     remat policies): the device holds two layers' worth, the host the rest.
@@ -127,6 +132,8 @@ class Layout:
     recompute_modules: tuple = ()
     # saved matmul and SwiGLU inputs cached in FP8 (DeepSeek-V3 §3.3.2)
     fp8_activations: bool = False
+    # linear layers' parameters kept only quantized (Megatron-Core's --fp8-param-gather)
+    quantized_params: bool = False
     # share of the parameters whose optimizer step and state are on the host
     offload_optimizer: object = 0
     # Megatron-Core's layout of the chunks ("Et|(tt|)*30mL"; pipeline_layout.py)
@@ -165,6 +172,7 @@ class Layout:
             "ep_overlap",
             "offload_activations",
             "fp8_activations",
+            "quantized_params",
             "ends_as_layers",
         ):
             flag(k, getattr(self, k))
@@ -293,7 +301,8 @@ class Layout:
     @property
     def savers_label(self) -> str:
         """The memory savers as text: the recomputation policy with its modules or layers,
-        offloading, FP8 activations (``recompute=selective(layernorm,moe_act) fp8_activations``)."""
+        offloading, FP8 activations, quantized parameters (``recompute=selective(layernorm,moe_act)
+        fp8_activations``)."""
         modules = f"({','.join(self.recompute_modules)})" if self.recompute_modules else ""
         layers = (
             f" recompute_layers={self.recompute_layers}"
@@ -301,7 +310,9 @@ class Layout:
             else ""
         )
         flags = "".join(
-            f" {k}" for k in ("offload_activations", "fp8_activations") if getattr(self, k)
+            f" {k}"
+            for k in ("offload_activations", "fp8_activations", "quantized_params")
+            if getattr(self, k)
         )
         optimizer = (
             f" offload_optimizer={float(self.offload_optimizer):g}"

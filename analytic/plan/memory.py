@@ -85,10 +85,10 @@ def model_states(inp: Inputs, params: dict) -> dict:
         )
     # Transformer Engine's quantised weights and transposes
     if inp.fp8_weight_cache and inp.low_precision:
-        cache = inp.f(
-            inp.recipe["weight_cache"],
-            params=(params["per_gpu"] - params["ends_local"]) * (1 - inp.kept_16),
-        )
+        linear = (params["per_gpu"] - params["ends_local"]) * (1 - inp.kept_16)
+        cache = inp.f(inp.recipe["weight_cache"], params=linear)
+        if inp.layout.quantized_params:  # they are the parameters: no 16-bit copy of the linears
+            cache = cache - formula("memory.model_states.weights").subs(params=linear)
         parts["weights"] = parts["weights"] + cases(
             "weights", "byte", (_zero("weights"), lay.zero_at_least(3)), (cache, True)
         )

@@ -98,6 +98,7 @@ def structure(inp: Inputs) -> str | None:
         or lay.offload_optimizer
         or lay.recompute_modules
         or lay.fp8_activations
+        or lay.quantized_params
         or not _model_numeric(m)
         or not all(_open_or_number(v, k) for v, k in open_ok)
         or not all(is_number(v) for v in fixed)

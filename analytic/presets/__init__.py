@@ -454,9 +454,9 @@ def _stack(name: str) -> dict:
 @cache
 def precision(dtype: str, fp8_recipe: str | None = None) -> dict | None:
     """The low-precision recipe ``dtype`` names (presets/precisions.toml: its peak, operand bytes as
-    an exact number, cast and weight-cache formulas, bytes sent and generations), for fp8 those of
-    its scaling recipe ``fp8_recipe`` (choices.FP8_RECIPES; None: the first), sources checked; None
-    for a 16-bit dtype."""
+    an exact number, cast and weight-cache formulas, bytes sent, bytes of a quantized parameter's
+    all-gather and generations), for fp8 those of its scaling recipe ``fp8_recipe``
+    (choices.FP8_RECIPES; None: the first), sources checked; None for a 16-bit dtype."""
     entry = table("precisions").get(dtype)
     if entry is None:
         return None
@@ -467,7 +467,7 @@ def precision(dtype: str, fp8_recipe: str | None = None) -> dict | None:
             FP8_RECIPES[0] if fp8_recipe is None else choice("fp8_recipe", fp8_recipe, FP8_RECIPES)
         ]
     out = {k: v if isinstance(v, str) else _sourced(dtype, k, v)[0] for k, v in entry.items()}
-    for k in ("operand_bytes", "sent_bytes"):
+    for k in ("operand_bytes", "sent_bytes", "param_gather_bytes"):
         if k in out:
             out[k] = Fraction(out[k])
     return out

@@ -31,6 +31,7 @@ from ..core.choices import (
     MEMORY_VERDICTS,
     OBJECTIVES,
     OPTIMIZERS,
+    QUANTIZED_PARAMS_ZERO,
     ZERO_STAGES,
     default_stack,
 )
@@ -490,11 +491,11 @@ def search(
     the platform's), and ``fp8_recipe``, ``optimizer``, ``dispatcher``, ``bf16_layers``,
     ``grad_dtype``, ``moment_dtype``, ``expert_capacity``, ``pad_to_capacity`` and
     ``routing_imbalance`` as Plan takes them; ``etp``, ``pipeline_layout`` and
-    ``layout_options`` (a dict of Layout's recompute_modules, fp8_activations, offload_activations,
-    offload_optimizer, first_stage_layers, last_stage_layers) every layout's, as Layout takes them
-    (a pipeline layout or uneven stages with ``pp`` pinned). Each layout carries its memory verdict,
-    as :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``:
-    and at the limit)."""
+    ``layout_options`` (a dict of Layout's recompute_modules, fp8_activations, quantized_params,
+    offload_activations, offload_optimizer, first_stage_layers, last_stage_layers) every layout's,
+    as Layout takes them (a pipeline layout or uneven stages with ``pp`` pinned). Each layout
+    carries its memory verdict, as :meth:`Plan.memory_verdict`; ranked: those that fit at their
+    predicted peak (``at_limit``: and at the limit)."""
     start = time.time()
     return _ranked(_arguments(**{k: v for k, v in locals().items() if k != "start"}), start)
 
@@ -727,10 +728,11 @@ def _counted(stack, props, plan, narrowed: dict, **given) -> tuple:
 
 def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: dict) -> tuple:
     """``counted`` with the Layout fields ``options`` every layout takes, and the choices they
-    leave: recompute modules under selective recomputation; an optimizer offload at the ZeRO stages
-    the stack's kind runs it (:func:`~analytic.plan.layout.check_offload`); uneven end stages or a
-    pipeline layout with ``pp`` pinned, a layout's chunks pp × vpp on the 1F1B-family schedules
-    (interleaved where vpp > 1)."""
+    leave: recompute modules under selective recomputation; quantized parameters at the
+    distributed optimizer's ZeRO stages (choices.QUANTIZED_PARAMS_ZERO); an optimizer offload at
+    the ZeRO stages the stack's kind runs it (:func:`~analytic.plan.layout.check_offload`); uneven
+    end stages or a pipeline layout with ``pp`` pinned, a layout's chunks pp × vpp on the
+    1F1B-family schedules (interleaved where vpp > 1)."""
     unknown = sorted(set(options) - set(LAYOUT_OPTIONS[2:]))
     if unknown:
         raise InputError(
@@ -740,6 +742,14 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     counted = {**counted, **options}
     if options.get("ep_overlap"):
         narrowed = _paired(counted, stack, props, narrowed)
+    if options.get("quantized_params"):
+        kept = tuple(z for z in narrowed["zero"] if z in QUANTIZED_PARAMS_ZERO)
+        if narrowed["zero"] != ZERO_STAGES and kept != narrowed["zero"]:
+            raise InputError(
+                "quantized_params: Megatron-Core's quantized primary weights need the distributed"
+                f" optimizer (zero {' or '.join(map(str, QUANTIZED_PARAMS_ZERO))})"
+            )
+        narrowed = {**narrowed, "zero": kept}
     if options.get("recompute_modules"):
         if "selective" not in narrowed["recompute"]:
             raise InputError(

@@ -51,8 +51,8 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 PLAN_OPTIONS = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "grad_dtype",
                 "moment_dtype", "expert_capacity", "pad_to_capacity", "routing_imbalance")
 LAYOUT_OPTIONS = ("etp", "pipeline_layout", "recompute_modules", "fp8_activations",
-                  "offload_activations", "offload_optimizer", "first_stage_layers",
-                  "last_stage_layers", "ep_overlap")
+                  "quantized_params", "offload_activations", "offload_optimizer",
+                  "first_stage_layers", "last_stage_layers", "ep_overlap")
 COUNTED = PLAN_OPTIONS + LAYOUT_OPTIONS
 
 
