@@ -113,3 +113,44 @@ def test_search_keeps_the_distributed_optimizers_stages():
     with pytest.raises(an.InputError, match="quantized_params"):
         an.search("llama3-8b", "h100-sxm", gpus=32, seq_len=4096, global_batch=128, dtype="fp8",
                   progress=False, zero=(0, 1), layout_options={"quantized_params": True})
+
+
+def test_the_gather_is_split_over_tp_and_pp_and_leaves_the_bf16_layers():
+    """Over TP 2 and PP 2 a GPU gathers a quarter of the linears (the ends on average too); with a
+    layer at each end kept in BF16 (tensorwise scaling), 30 of the 32 layers' linears are gathered
+    in 8 bits."""
+    def saved(**kw):
+        dtype = kw.pop("dtype_kw", {})
+        plans = [
+            an.Plan("llama3-8b", "h100-sxm", an.Layout(zero=1, quantized_params=q, **kw),
+                    seq_len=4096, global_batch=64, dtype="fp8", stack="megatron-core", **dtype)
+            for q in (False, True)
+        ]
+        return _dp_bytes(plans[0]) - _dp_bytes(plans[1])
+
+    assert saved(tp=2, pp=2, dp=8) == pytest.approx(float(RING * LINEAR / 4), rel=1e-9)
+    kept = dict(fp8_recipe="tensorwise", bf16_layers=(1, 1))
+    assert saved(dp=8, dtype_kw=kept) == pytest.approx(
+        float(RING * LINEAR * Fraction(30, 32)), rel=1e-9
+    )
+
+
+def test_the_experts_gather_over_their_own_data_parallel_group():
+    """Qwen3-30B-A3B on 16 GPUs, EP 8 with expert TP 1: a GPU holds 1/8 of the routed experts,
+    48 × 128 × 3 × 2,048 × 768, and gathers them over its expert data-parallel group of 16/8 = 2
+    ranks; the dense linears (48 layers of attention, 19,140,864 parameters each with their norms
+    and router, and the final norm) over all 16. FP8 gathers a byte of each where BF16 gathers
+    two."""
+    routed, dense = 48 * 128 * 3 * 2048 * 768, 48 * 19_140_864 + 2048
+    expected = Fraction(15, 16) * dense + Fraction(1, 2) * Fraction(routed, 8)
+    # a layer at each end kept in BF16 (tensorwise scaling): 46 of the 48 gathered in 8 bits
+    kept = dict(fp8_recipe="tensorwise", bf16_layers=(1, 1))
+    for kw, share in (({}, 1), (kept, Fraction(46, 48))):
+        plans = [
+            an.Plan("qwen3-30b-a3b", "h100-sxm",
+                    an.Layout(dp=16, ep=8, etp=1, zero=1, quantized_params=q), seq_len=4096,
+                    global_batch=64, dtype="fp8", stack="megatron-core", **kw)
+            for q in (False, True)
+        ]
+        saved = _dp_bytes(plans[0]) - _dp_bytes(plans[1])
+        assert saved == pytest.approx(float(expected * share), rel=1e-9)
