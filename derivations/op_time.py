@@ -116,6 +116,11 @@ def _memory_bound(d: Derivation) -> None:
         " write h):",
     )
     d.check(
+        2 * (h + h),
+        "compute.memory_bound.norms_forward",
+        "of which the two norms (read h, write h), what recomputing them runs again:",
+    )
+    d.check(
         2 * (2 * h + h) + 2 * (2 * h + h),
         "compute.memory_bound.residual_backward",
         "backward: two norm backwards (read x and dy, write dx), two residual-gradient adds (read"

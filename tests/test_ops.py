@@ -420,3 +420,32 @@ def test_the_op_level_policy_runs_a_blocks_memory_bound_kernels_forward_again():
     )
     want = per_token * 4096 * 2 / (2e12 * 0.9)
     assert bound["selective"] - bound["none"] == pytest.approx(want, rel=1e-9)
+
+
+def test_the_layernorm_and_moe_act_modules_run_their_kernels_forward_again():
+    """Megatron-Core's "layernorm" module runs a layer's two norms forward again (read h, write h
+    each: 4h elements a token) and "moe_act" the routed experts' SwiGLU forward (3·h_e elements
+    for each of a token's k copies), at 2 bytes each, at 2 TB/s × 0.9; the GEMMs do not change.
+    Llama 3 8B: 32 layers of h 4,096 on one sequence of 4,096 tokens a GPU; Qwen3-30B-A3B: 48
+    MoE layers, 8 of 128 experts of width 768 a token, routing balanced, one sequence a GPU over
+    EP 8, or two a TP pair of GPUs (TP 2, expert TP 1), each GPU running half the tokens'
+    activations."""
+    kw = dict(seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s", **GIVEN)
+
+    def diff(model, layout, module, **extra):
+        a, b = (
+            an.Plan(model, HAND, layout.replace(recompute="selective", recompute_modules=mods),
+                    **kw, **extra).time_breakdown(ops=True)
+            for mods in (("core_attn", module), ("core_attn",))
+        )
+        return {k: (a[k] - b[k]).to("s").magnitude for k in ("gemm", "memory_bound")}
+
+    norms = diff("llama3-8b", an.Layout(dp=8), "layernorm")
+    assert norms["memory_bound"] == pytest.approx(4096 * 4 * 4096 * 32 * 2 / (2e12 * 0.9), rel=1e-9)
+    assert norms["gemm"] == 0
+    for layout in (an.Layout(dp=8, ep=8), an.Layout(tp=2, dp=4, ep=8, etp=1)):
+        act = diff("qwen3-30b-a3b", layout, "moe_act", routing_imbalance="balanced")
+        assert act["memory_bound"] == pytest.approx(
+            4096 * 8 * 3 * 768 * 48 * 2 / (2e12 * 0.9), rel=1e-9
+        )
+        assert act["gemm"] == 0

@@ -141,7 +141,7 @@ def test_each_pair_is_predicted_from_its_models_other_pairs_and_not_from_another
     throughput within 6% (Qwen3-235B-A22B at 16K to 128K tokens, CP 1 to 8: the imbalance does not
     follow the sequence's length or the context parallelism); the error is the throughput's, counted
     here again for the first pair. Another model's value does not carry: Mixtral 8x22B's (1.03)
-    predicts Qwen3's dropless runs 9-23% too fast, and Qwen3's (1.88) Mixtral's 36% too slow."""
+    predicts Qwen3's dropless runs 9-23% too fast, and Qwen3's (1.87) Mixtral's 34% too slow."""
     errors = routing.leave_one_out(HERE)
     assert len(errors) == 4 and all(abs(e) < 0.06 for e in errors.values())
     found = routing.pairs(HERE)
@@ -153,7 +153,7 @@ def test_each_pair_is_predicted_from_its_models_other_pairs_and_not_from_another
     assert errors[found[0]["id"]] == pytest.approx(predicted / measured - 1, rel=1e-9)
     across = routing.leave_one_out(HERE, across=True)
     assert all(0.08 < e < 0.24 for k, e in across.items() if "qwen3" in k)
-    assert -0.37 < across["MZOO-mixtral-8x22b"] < -0.35
+    assert -0.35 < across["MZOO-mixtral-8x22b"] < -0.33
 
 
 def test_a_pair_whose_dropless_run_is_faster_is_refused(tmp_path):

@@ -104,7 +104,7 @@ def test_docs_split_the_headline_by_how_many_sources_pin_a_family(results, docs)
 def test_docs_state_the_held_out_moe_runs(results, docs):
     """The validation page's errors of the MoE runs held out of the fit are the run's, each case's
     step-time error from its prediction and measurement (a throughput errs as 1/step time does):
-    the H100 runs too fast or within 2%, the GB200 runs 11% too fast in BF16 and 19% too slow in
+    the H100 runs too fast or within 2%, the GB200 runs 11% too fast in BF16 and 20% too slow in
     MXFP8."""
     group = "megatron-moe-zoo-2026"
     held = {r.id: r for r in results if r.kind == "predicted" and r.extra["group"] == group}
@@ -129,12 +129,12 @@ def test_docs_state_the_held_out_moe_runs(results, docs):
     assert (
         f"held out of the fit, are missed by {mean:.2f} % on average and {worst:.2f} % at "
         "worst: the H100 runs too fast or within 2 %, the GB200 runs 11 % too fast in BF16 and "
-        "19 % too slow in MXFP8 at 131,072 tokens" in readme
+        "20 % too slow in MXFP8 at 131,072 tokens" in readme
     )
     h100 = sorted(e for k, e in errors.items() if "gb200" not in k)
-    assert [round(100 * e) for e in h100] == [-42, -31, -27, -11, 1]
+    assert [round(100 * e) for e in h100] == [-42, -31, -27, -10, 1]
     gb200 = [errors[f"MZOO-qwen3-235b-gb200-{k}"] for k in ("bf16", "mxfp8-128k")]
-    assert [round(100 * e) for e in gb200] == [-11, 19]
+    assert [round(100 * e) for e in gb200] == [-11, 20]
 
 
 def test_docs_state_the_held_out_deepseek_v3_run_on_gb200(results, docs):

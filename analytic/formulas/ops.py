@@ -100,6 +100,14 @@ define(
     "elements per token the forward's residual-stream kernels of one block move",
 )
 define(
+    "compute.memory_bound.norms_forward",
+    4 * h,
+    "",
+    COUNT,
+    ("two norms (read h, write h): compute.memory_bound.residual_forward's norms",),
+    "elements per token one block's two norms move forward (again, where they are recomputed)",
+)
+define(
     "compute.memory_bound.residual_backward",
     12 * h,
     "",

@@ -58,9 +58,11 @@ class Degrees:
         self.up_proj_recomputed = (
             self.recompute_is("selective") if "mla_up_proj" in modules else self.condition(False)
         )
-        #: condition: selective recomputation runs the dense layers' MLPs again
-        self.mlp_recomputed = (
-            self.recompute_is("selective") if "mlp" in modules else self.condition(False)
+        #: conditions: selective recomputation runs the dense layers' MLPs, a layer's two norms and
+        #: the routed experts' activation again
+        self.mlp_recomputed, self.norms_recomputed, self.moe_act_recomputed = (
+            self.recompute_is("selective") if name in modules else self.condition(False)
+            for name in ("mlp", "layernorm", "moe_act")
         )
         self.gpus = self.tp * self.cp * self.pp * self.dp
 

@@ -37,8 +37,18 @@ class _Ops:
         self.again = cases(
             "again", "", (inp.recomputed, lay.recompute_is("full")), *selective, (0, True)
         ).term  # the attention core runs again
-        # the dense MLPs' forward again: full recomputation's, or the "mlp" recompute module's
+        # the dense MLPs' forward again: full recomputation's, or the "mlp" recompute module's; a
+        # layer's norms and the routed experts' activation again: "layernorm"'s and "moe_act"'s
+        # (None: not a recompute module of the layout)
         self.mlp_again = self.full + cases("mlp", "", (1, lay.mlp_recomputed), (0, True)).term
+        modules = inp.layout.recompute_modules
+        self.norms_again, self.act_again = (
+            cases(name, "", (1, cond), (0, True)).term if name in modules else None
+            for name, cond in (
+                ("layernorm", lay.norms_recomputed),
+                ("moe_act", lay.moe_act_recomputed),
+            )
+        )
         # mixers and FFNs of each kind per stage, and residual branches in blocks' worth (two a
         # block)
         self.attention, self.mamba = ratio(m.attention_blocks, lay.pp), ratio(
@@ -314,7 +324,10 @@ def memory_bound_time(o: _Ops) -> Formula:
     elements = (
         f("compute.memory_bound.residual_forward") * forwards
         + f("compute.memory_bound.residual_backward")
-    ) * stream
+    )
+    if o.norms_again is not None:
+        elements = elements + f("compute.memory_bound.norms_forward") * o.norms_again
+    elements = elements * stream
 
     def activation(width, runs=forwards):
         return (
@@ -326,7 +339,12 @@ def memory_bound_time(o: _Ops) -> Formula:
     if m.dense_blocks:
         total = total + activation(m.ffn_hidden, 1 + o.mlp_again + o.op) * o.dense
     if m.is_moe:
-        moe = activation(m.expert_ffn_hidden) * (inp.busiest_topk + m.shared_experts)
+        width = m.expert_ffn_hidden
+        moe = activation(width) * (inp.busiest_topk + m.shared_experts)
+        if o.act_again is not None:  # the routed experts' activation forward again
+            moe = moe + f(
+                f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width
+            ) * (M / t) * inp.busiest_topk * o.act_again
         permute = f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden,
                     topk=inp.busiest_topk)
         total = total + (moe + permute * stream) * o.moe
