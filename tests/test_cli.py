@@ -1622,6 +1622,31 @@ def test_a_plan_that_does_not_fit_says_so_first_with_the_layouts_that_do(capsys)
         assert plan.memory_verdict() == "fits"
 
 
+def test_the_layouts_that_fit_keep_the_plans_options(capsys):
+    """Llama 3 70B at TP 8 on 256 H100s in FP8 with BF16 moments, its norms recomputed and its
+    weights kept quantized, at its allocator's limit: each layout listed holds the same options,
+    and its Plan with them gives the memory and step listed."""
+    flags = (
+        "--model llama3-70b --hardware h100-sxm --gpus 256 --tp 8 --seq 8192 --global-batch 512"
+        " --dtype fp8 --moment-dtype bf16 --recompute selective --recompute-modules layernorm"
+        " --quantized-params --zero 1 --json"
+    ).split()
+    assert main(["memory", *flags]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "fits at the allocator's limit" and len(out["fitting_layouts"]) == 3
+    for row in out["fitting_layouts"]:
+        assert (row["moment_dtype"], row["recompute_modules"], row["quantized_params"]) == (
+            "bf16", ["layernorm"], True
+        )
+        keys = ("tp", "pp", "dp", "cp", "zero", "recompute", "schedule", "sequence_parallel")
+        layout = an.Layout(**{k: row[k] for k in keys}, recompute_modules=("layernorm",),
+                           quantized_params=True, vpp=row["vpp"])
+        plan = an.Plan("llama3-70b", "h100-sxm", layout, seq_len=8192, global_batch=512,
+                       microbatch_size=row["microbatch_size"], dtype="fp8", moment_dtype="bf16")
+        assert plan.memory().total.to("GB").magnitude == pytest.approx(row["memory_GB"], rel=1e-9)
+        assert plan.step_time().to("s").magnitude == pytest.approx(row["step_time_s"], rel=1e-9)
+
+
 def test_step_of_a_model_without_a_layout_takes_searchs_fastest_and_says_so(capsys):
     """`analytic step --model llama3-70b --gpus 256` gave TP 1, PP 1, DP 256, ZeRO-0 (1,457 GB a
     GPU) as if it ran: without layout flags, a default that does not fit gives way to search's

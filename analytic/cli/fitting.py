@@ -27,10 +27,29 @@ def layout_given(args) -> bool:
     return any(getattr(args, k, None) is not None for k in LAYOUT_FLAGS)
 
 
+#: the options of search (programs.PLAN_OPTIONS and LAYOUT_OPTIONS) a search for the layouts of a
+#: plan's GPUs keeps as the plan has them: all but the expert capacity and routing (kept apart), the
+#: degree etp and the placements on numbered stages
+_KEPT_PLAN = ("fp8_recipe", "optimizer", "dispatcher", "grad_dtype", "moment_dtype")
+_KEPT_LAYOUT = ("recompute_modules", "fp8_activations", "quantized_params", "offload_activations",
+                "offload_optimizer", "ep_overlap")
+
+
+def _kept_options(plan) -> dict:
+    """The plan's options a search for layouts of its GPUs keeps: Plan's (precision recipe,
+    optimizer, dispatcher, layers kept in BF16, gradient and moment dtypes) and the Layout fields
+    it sets of :data:`_KEPT_LAYOUT`, so that every layout listed is counted as the plan is."""
+    kept = {k: getattr(plan, k) for k in _KEPT_PLAN if getattr(plan, k) is not None}
+    if any(plan.bf16_layers):
+        kept["bf16_layers"] = plan.bf16_layers
+    options = {k: getattr(plan.layout, k) for k in _KEPT_LAYOUT if getattr(plan.layout, k)}
+    return kept | ({"layout_options": options} if options else {})
+
+
 def search_like(plan, top: int = 3):
     """Search of the plan's GPUs, model, hardware (its overrides too), batch, dtype, stack, expert
-    capacity and routing imbalance, ranked by step time: the layouts that fit at their predicted
-    peak."""
+    capacity, routing imbalance and the options it keeps (:func:`_kept_options`), ranked by step
+    time: the layouts that fit at their predicted peak."""
     from ..search.layouts import search
 
     over = {
@@ -49,7 +68,7 @@ def search_like(plan, top: int = 3):
         routed |= {"expert_capacity": plan.expert_capacity, "pad_to_capacity": plan.pad_to_capacity}
     return search(plan.model, hw, gpus=int(plan.gpus), seq_len=int(plan.seq_len),
                   global_batch=int(plan.global_batch), dtype=plan.dtype, stack=plan.stack, top=top,
-                  progress=False, **outside, **routed)
+                  progress=False, **outside, **routed, **_kept_options(plan))
 
 
 def layout_text(lay, microbatch_size) -> str:
