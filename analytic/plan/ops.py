@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from fractions import Fraction
 
-from ..core.algebra import Eq, Max, Min, Piecewise
+from ..core.algebra import Eq, Max, Min, Piecewise, is_false
 from ..core.composition import cases, composed
 from ..core.formula import Formula
 from ..core.terms import ratio
@@ -41,13 +41,9 @@ class _Ops:
         # layer's norms and the routed experts' activation again: "layernorm"'s and "moe_act"'s
         # (None: not a recompute module of the layout)
         self.mlp_again = self.full + cases("mlp", "", (1, lay.mlp_recomputed), (0, True)).term
-        modules = inp.layout.recompute_modules
         self.norms_again, self.act_again = (
-            cases(name, "", (1, cond), (0, True)).term if name in modules else None
-            for name, cond in (
-                ("layernorm", lay.norms_recomputed),
-                ("moe_act", lay.moe_act_recomputed),
-            )
+            None if is_false(cond) else cases(name, "", (1, cond), (0, True)).term
+            for name, cond in (("norms", lay.norms_recomputed), ("moe_act", lay.moe_act_recomputed))
         )
         # mixers and FFNs of each kind per stage, and residual branches in blocks' worth (two a
         # block)
