@@ -154,3 +154,23 @@ def test_the_experts_gather_over_their_own_data_parallel_group():
         ]
         saved = _dp_bytes(plans[0]) - _dp_bytes(plans[1])
         assert saved == pytest.approx(float(expected * share), rel=1e-9)
+
+
+def test_the_story_says_what_the_weights_are(capsys):
+    """`analytic step`'s weights line names what it counts: 16-bit weights, 16-bit weights beside
+    Transformer Engine's FP8 copies, or FP8 weights with the ends in 16 bits (the plan's sources
+    say which)."""
+    args = ["step", "--model", "llama3-8b", "--hardware", "h100-sxm", "--dp", "8", "--zero", "1",
+            "--seq", "4096", "--global-batch", "64"]
+    said = {}
+    for extra in ((), ("--dtype", "fp8"), ("--dtype", "fp8", "--quantized-params")):
+        assert main([*args, *extra]) == 0
+        said[extra] = next(
+            ln.split("  ")[1].strip() for ln in capsys.readouterr().out.splitlines()
+            if "weights" in ln and "master" not in ln
+        )
+    assert list(said.values()) == [
+        "16-bit weights",
+        "16-bit weights and their FP8 copies",
+        "FP8 weights (the embedding and the output layer in 16 bits)",
+    ]

@@ -257,6 +257,18 @@ def _placement(f: Figures, add) -> None:
     )
 
 
+def _weights_label(plan) -> str:
+    """What a GPU's weights are: 16-bit; beside them, where the plan counts Transformer Engine's
+    quantized copies (a ``memory.*weight_cache`` among the weights' sources), those of the plan's
+    format; or, kept quantized, the linears in that format alone (the embedding and the output
+    layer in 16 bits)."""
+    if not any(s.endswith("weight_cache") for s in plan.sources("memory.weights")):
+        return "16-bit weights"
+    if plan.layout.quantized_params:
+        return f"{plan.dtype.upper()} weights (the embedding and the output layer in 16 bits)"
+    return f"16-bit weights and their {plan.dtype.upper()} copies"
+
+
 def _memory(f: Figures, add) -> None:
     """Memory per GPU on the fullest stage, the allocator's peak, and the changes that make it
     fit."""
@@ -268,7 +280,7 @@ def _memory(f: Figures, add) -> None:
     add(
         "memory",
         "weights",
-        f"16-bit weights{where}" + (f" (sharded over {over})" if z >= 3 else ""),
+        f"{_weights_label(plan)}{where}" + (f" (sharded over {over})" if z >= 3 else ""),
         mem.weights.to("GB"),
         _tags(plan, "memory.weights", "memory."),
     )
