@@ -16,7 +16,6 @@ from ..core.choices import (
     GRAD_DTYPES,
     MOMENT_DTYPES,
     OPTIMIZERS,
-    QUANTIZED_PARAMS_ZERO,
     ROUTINGS,
     SP_SAVED_INPUTS,
     default_stack,
@@ -246,24 +245,23 @@ class Inputs:
         """Quantized primary weights, refused where they are not run as modelled: with a recipe
         whose parameter all-gather is known (presets/precisions.toml param_gather_bytes), on a stack
         that keeps Transformer Engine's quantized weights, at a ZeRO stage of the distributed
-        optimizer (choices.QUANTIZED_PARAMS_ZERO; an open stage is counted as one of them) and
-        without optimizer offload (yanring/Megatron-MoE-ModelZoo sbatch_benchmarking.sh: "Optimizer
-        CPU offload does not support fp8 param gather")."""
-        zero, lay = self.layout.zero, self.layout
+        optimizer (:func:`~.layout.quantized_zero_refusal`) and without optimizer offload
+        (yanring/Megatron-MoE-ModelZoo sbatch_benchmarking.sh: "Optimizer CPU offload does not
+        support fp8 param gather")."""
+        from .layout import quantized_zero_refusal
+
+        need = None
         if not (self.low_precision and "param_gather_bytes" in self.recipe):
             need = "a low-precision dtype (fp8, mxfp8 or nvfp4)"
         elif self.fp8_weight_cache != "transformer-engine":
             need = f"a Transformer Engine stack, not {self.stack}"
-        elif is_number(zero) and zero not in QUANTIZED_PARAMS_ZERO:
-            stages = " or ".join(map(str, QUANTIZED_PARAMS_ZERO))
-            need = f"the distributed optimizer (zero {stages}), not zero {zero}"
-        elif lay.offload_optimizer:
+        elif self.layout.offload_optimizer:
             need = "the optimizer on the device (no offload_optimizer)"
-        else:
-            return
-        raise InputError(
-            f"quantized_params: Megatron-Core's quantized primary weights need {need}"
-        )
+        refusal = quantized_zero_refusal(self.layout.zero)
+        if need is not None:
+            refusal = f"quantized_params: Megatron-Core's quantized primary weights need {need}"
+        if refusal:
+            raise InputError(refusal)
 
     def _read_bf16_layers(self, given) -> None:
         """The first and last layers a low-precision plan keeps in BF16 (Megatron-LM's

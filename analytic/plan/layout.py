@@ -11,6 +11,7 @@ from ..core.choices import (
     BLOCK_SCALED,
     DISPATCHERS,
     FP8_RECIPES,
+    QUANTIZED_PARAMS_ZERO,
     RECOMPUTE,
     RECOMPUTE_MODULES,
     SCHEDULES,
@@ -654,6 +655,18 @@ def ep_overlap_refusal(stack: str, props: dict, dispatcher) -> str | None:
     if dispatcher not in ("alltoall", "flex"):
         return f"ep_overlap: runs with the alltoall and flex dispatchers, not {dispatcher}"
     return None
+
+
+def quantized_zero_refusal(zero) -> str | None:
+    """Why quantized primary weights (``quantized_params``) do not run at ZeRO stage ``zero``, or
+    None (a stage of the distributed optimizer, choices.QUANTIZED_PARAMS_ZERO, or an open one)."""
+    if not is_number(zero) or zero in QUANTIZED_PARAMS_ZERO:
+        return None
+    stages = " or ".join(map(str, QUANTIZED_PARAMS_ZERO))
+    return (
+        "quantized_params: Megatron-Core's quantized primary weights need the distributed"
+        f" optimizer (zero {stages}), not zero {zero}"
+    )
 
 
 def hybrid_refusal(m, tp, cp) -> str | None:

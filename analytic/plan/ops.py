@@ -335,12 +335,13 @@ def memory_bound_time(o: _Ops) -> Formula:
     if m.dense_blocks:
         total = total + activation(m.ffn_hidden, 1 + o.mlp_again + o.op) * o.dense
     if m.is_moe:
-        width = m.expert_ffn_hidden
-        moe = activation(width) * (inp.busiest_topk + m.shared_experts)
-        if o.act_again is not None:  # the routed experts' activation forward again
-            moe = moe + f(
-                f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width
-            ) * (M / t) * inp.busiest_topk * o.act_again
+        width, topk = m.expert_ffn_hidden, inp.busiest_topk
+        if o.act_again is None:
+            moe = activation(width) * (topk + m.shared_experts)
+        else:  # the routed experts' activation forward again
+            moe = activation(width, forwards + o.act_again) * topk + activation(width) * (
+                m.shared_experts
+            )
         permute = f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden,
                     topk=inp.busiest_topk)
         total = total + (moe + permute * stream) * o.moe

@@ -31,7 +31,6 @@ from ..core.choices import (
     MEMORY_VERDICTS,
     OBJECTIVES,
     OPTIMIZERS,
-    QUANTIZED_PARAMS_ZERO,
     ZERO_STAGES,
     default_stack,
 )
@@ -56,6 +55,7 @@ from ..plan import (
     fp8_recipe_of,
     hybrid_refusal,
     optimizer_refusal,
+    quantized_zero_refusal,
     selective_refusal,
     sequence_parallel_default,
     sequence_unit,
@@ -729,7 +729,8 @@ def _counted(stack, props, plan, narrowed: dict, **given) -> tuple:
 def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: dict) -> tuple:
     """``counted`` with the Layout fields ``options`` every layout takes, and the choices they
     leave: recompute modules under selective recomputation; quantized parameters at the
-    distributed optimizer's ZeRO stages (choices.QUANTIZED_PARAMS_ZERO); an optimizer offload at
+    distributed optimizer's ZeRO stages (:func:`~analytic.plan.layout.quantized_zero_refusal`); an
+    optimizer offload at
     the ZeRO stages the stack's kind runs it (:func:`~analytic.plan.layout.check_offload`); uneven
     end stages or a pipeline layout with ``pp`` pinned, a layout's chunks pp × vpp on the
     1F1B-family schedules (interleaved where vpp > 1)."""
@@ -743,13 +744,10 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     if options.get("ep_overlap"):
         narrowed = _paired(counted, stack, props, narrowed)
     if options.get("quantized_params"):
-        kept = tuple(z for z in narrowed["zero"] if z in QUANTIZED_PARAMS_ZERO)
-        if narrowed["zero"] != ZERO_STAGES and kept != narrowed["zero"]:
-            raise InputError(
-                "quantized_params: Megatron-Core's quantized primary weights need the distributed"
-                f" optimizer (zero {' or '.join(map(str, QUANTIZED_PARAMS_ZERO))})"
-            )
-        narrowed = {**narrowed, "zero": kept}
+        refused = [z for z in narrowed["zero"] if quantized_zero_refusal(z)]
+        if refused and narrowed["zero"] != ZERO_STAGES:
+            raise InputError(quantized_zero_refusal(refused[0]))
+        narrowed = {**narrowed, "zero": tuple(z for z in narrowed["zero"] if z not in refused)}
     if options.get("recompute_modules"):
         if "selective" not in narrowed["recompute"]:
             raise InputError(
