@@ -43,6 +43,7 @@ TESTS = [
     "tests/test_ops.py",
     "tests/test_reference_pipeline.py",
     "tests/test_reference_saved.py",
+    "tests/test_quantized_saved.py",
     "tests/test_reference_counting.py",
     "tests/test_reference_checkpointing.py",
     "tests/test_outside.py",

@@ -251,6 +251,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         "optimizer_kernel",
         "zero_optimizer",
         "fp8_weight_cache",
+        "quantized_saved_inputs",
         "cp_attention",
         "compiled_blocks",
         "efficiency",
@@ -284,6 +285,9 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
             props.get("fp8_weight_cache", "transformer-engine") in choices.FP8_WEIGHT_CACHES
         ), name
         assert props.get("cp_attention", "pytorch-allgather") in choices.CP_ATTENTIONS, name
+        assert (
+            props.get("quantized_saved_inputs", "megatron-core") in choices.QUANTIZED_SAVED_INPUTS
+        ), name
         assert props.get("compiled_blocks", False) in (True, False) and props.get(
             "sp_relayout", False
         ) in (True, False), name

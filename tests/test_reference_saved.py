@@ -173,11 +173,11 @@ def test_deepseek_v3_layer_with_its_activations_cached_in_fp8():
 
 def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are_not_recomputed():
     """DeepSeek-V3 with its norms and experts' activation recomputed but not its up-projections:
-    caching in FP8 frees a byte an element of the routed copies (8 × 7168), the experts' gate and up
-    projections (2 × 9 × 2048), the shared expert's product (2048) and the up-projections' inputs,
-    the query and key/value latents' norm outputs (1536 + 512): 98,304 bytes a token. Under TP 2
-    with sequence parallelism the routed copies stay whole on each rank and the rest is split in
-    two."""
+    caching in FP8 (per-tensor scales) frees, against the same layer in BF16, a byte an element of
+    the routed copies (8 × 7168), the experts' gate and up projections (2 × 9 × 2048), the shared
+    expert's product (2048) and the up-projections' inputs, the query and key/value latents' norm
+    outputs (1536 + 512): 98,304 bytes a token. Under TP 2 with sequence parallelism the routed
+    copies stay whole on each rank and the rest is split in two."""
 
     def per_token(fp8, tp=1):
         lay = an.Layout(
@@ -194,7 +194,7 @@ def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are
         )
         plan = an.Plan(
             an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
-            dtype="fp8",
+            dtype="fp8" if fp8 else "bf16",
         )
         return plan.expr("memory.activations.layer").value().to("byte").magnitude / 4096
 
@@ -206,12 +206,13 @@ def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are
 
 
 def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
-    """Llama 3 8B in FP8 with its activations cached in FP8: the two norms' outputs (2 × 4096) and
-    the SwiGLU's gate, up and product (3 × 14336) take a byte an element less: 139,392 − 51,200
-    bytes a token."""
-    kw = dict(seq_len=4096, global_batch=8, dtype="fp8")
+    """Llama 3 8B in FP8 with its activations cached in FP8 (per-tensor scales): against the layer
+    in BF16, the two norms' outputs (2 × 4096) and the SwiGLU's gate, up and product (3 × 14336)
+    take a byte an element less: 139,392 − 51,200 bytes a token."""
+    kw = dict(seq_len=4096, global_batch=8)
     plans = [
-        an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(fp8_activations=f), **kw)
+        an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(fp8_activations=f), **kw,
+                dtype="fp8" if f else "bf16")
         for f in (False, True)
     ]
     per_token = [
@@ -224,6 +225,7 @@ def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
             an.hardware("h100-sxm"),
             an.Layout(tp=2, sequence_parallel=True, fp8_activations=f),
             **kw,
+            dtype="fp8" if f else "bf16",
         )
         for f in (False, True)
     ]
@@ -406,4 +408,4 @@ def test_the_mlp_module_frees_a_dense_layers_mlp_and_runs_its_forward_again():
     assert extra == 32 * tokens * 2 * 3 * 4096 * 14336
     assert mlp.step_time() > core.step_time()
     cached = plan(("mlp",), dtype="fp8", fp8_activations=True)
-    assert per_token(plan(("mlp",), dtype="fp8")) - per_token(cached) == 2 * 4096
+    assert per_token(mlp) - per_token(cached) == 2 * 4096

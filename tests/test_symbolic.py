@@ -360,9 +360,9 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     gradients — four MoE layers, the MTP module and the output layer, (2 + 4) bytes a parameter,
     over 350 GB, and 2 more for Transformer Engine's FP8 copy and transpose of all but the output
     layer — and its one microbatch's activations stay at any dp, so no dp fits an H800's 81,559 MiB
-    and the error says so. With EP16 the predicted peak fits from dp = 2,754, but dp must be a
-    multiple of EP's 16 and split the batch of 15,360: the first valid dp is 3,072 (Plan's verdict
-    there "fits"; at 2,560, the first valid dp whose count fits, only at the allocator's limit); the
+    and the error says so. With EP16 the predicted peak fits from dp = 2,428, but dp must be a
+    multiple of EP's 16 and split the batch of 15,360: the first valid dp is 2,560 (Plan's verdict
+    there "fits"; at 1,920, the first valid dp whose count fits, only at the allocator's limit); the
     detail gives both and the first reason."""
     m = an.model("deepseek-v3")
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
@@ -389,15 +389,15 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     assert states < stated < states + 80
     ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=16, zero=1), **kw)
     d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
-    assert (d["value"], d["fits_from"]) == (3072, 2754) and d["skipped"].startswith(
-        "ep: etp × ep = 1 × 16 does not divide tp × cp × dp = 1 × 1 × 2754"
+    assert (d["value"], d["fits_from"]) == (2560, 2428) and d["skipped"].startswith(
+        "ep: etp × ep = 1 × 16 does not divide tp × cp × dp = 1 × 1 × 2428"
     )
     at = lambda dp: an.Plan(
         m, an.hardware("h800"), an.Layout(pp=16, dp=dp, ep=16, zero=1), **kw
     )  # noqa: E731
-    assert at(3072).memory_verdict() == "fits" and at(2560).memory_verdict() != "fits"
-    assert symbolic.smallest_fitting_detail(ep, "dp", limit=4096, at_limit=True)["value"] == 2560
-    assert not any(15360 % dp == 0 for dp in range(2160, 2560, 16))
+    assert at(2560).memory_verdict() == "fits" and at(1920).memory_verdict() != "fits"
+    assert symbolic.smallest_fitting_detail(ep, "dp", limit=4096, at_limit=True)["value"] == 1920
+    assert not any(15360 % dp == 0 for dp in range(2432, 2560, 16))
     assert 15360 % d["value"] == 0 and 15360 % d["fits_from"]
 
 

@@ -39,6 +39,11 @@ ZERO_OPTIMIZERS = ("deepspeed",)
 #: whose FP8 weight cache a stack keeps (presets/stacks.toml fp8_weight_cache): Transformer
 #: Engine's, the FP8 weight and its transpose of each of its linears (memory.fp8_weight_cache)
 FP8_WEIGHT_CACHES = ("transformer-engine",)
+#: whose rules decide what a stack's Transformer Engine linears save of their inputs under a
+#: low-precision recipe (presets/stacks.toml quantized_saved_inputs): Megatron-Core's, each linear
+#: its quantized copy except where Megatron-Core sets save_original_input
+#: (memory.activations.fp8_freed.*, memory.activations.quantized_copy.*)
+QUANTIZED_SAVED_INPUTS = ("megatron-core",)
 #: how a stack runs context-parallel attention where its backward's buffers are counted
 #: (presets/stacks.toml cp_attention): PyTorch's context_parallel, K and V all-gathered
 #: (memory.activations.backward.cp_ring_attention)

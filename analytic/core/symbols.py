@@ -134,6 +134,14 @@ _TABLE = [
     ),
     ("element_bytes", "e", "byte", "positive", "bytes per element (2 for bf16, 1 for fp8)"),
     (
+        "quantized_ratio",
+        "rho_q",
+        "",
+        "fraction",
+        "bytes an element saved quantized takes, its scales included, per byte of its 16-bit form"
+        " (half the recipe's operand bytes)",
+    ),
+    (
         "loss_bytes",
         "e_ℓ",
         "byte",

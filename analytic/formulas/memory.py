@@ -471,10 +471,20 @@ define(
 # cover (MLA, MoE); a layer is an attention half plus an MLP half. "seq" parts are replicated over
 # TP and split by it under SP; head and inner parts are split by TP.
 r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
-k, E_s, h_e = S("topk", "shared_experts", "expert_ffn_hidden")
+k, E_s, h_e, rho = S("topk", "shared_experts", "expert_ffn_hidden", "quantized_ratio")
 FP8_CACHE = (
     "DeepSeek-V3 arXiv 2412.19437 §3.3.2, Low-Precision Storage: the activations a Linear operator"
-    " saves for its backward, and the SwiGLU's inputs, cached in FP8"
+    " saves for its backward, and the SwiGLU's inputs, cached in FP8; NVIDIA TransformerEngine"
+    " transformer_engine/pytorch/module/linear.py and layernorm_linear.py (a linear under a"
+    " quantization recipe saves its input, or its fused norm's output, quantized)"
+)
+#: what caching an element quantized frees of its 2 bytes: 2(1 − ρ_q), its scales kept
+FREED = 2 * (1 - rho)
+QUANTIZED = (
+    "ρ_q: bytes of an element saved quantized, its scales included, per byte of its 16-bit form"
+    " (the recipe's operand bytes over 2: 1/2 for per-tensor FP8, 33/64 for blockwise FP8 and"
+    " MXFP8,"
+    " 9/32 for NVFP4)"
 )
 LEGACY = (
     "derived: derivations/activations.py; NVIDIA/Megatron-LM megatron/model/transformer.py (2023,"
@@ -694,26 +704,69 @@ for sp, split, where in (
     )
     define(
         f"memory.activations.fp8_freed.norm_outputs{sp}",
-        s * b * split(2 * h, 0),
+        s * b * split(2 * h, 0) * FREED,
         "byte",
         FP8_CACHE,
         (
             (
                 "the two norms' outputs (the inputs of the QKV or down-projections and of the MLP)"
-                " kept in 1 byte, not 2"
+                " kept quantized, 2ρ_q bytes an element, not 2"
             ),
+            QUANTIZED,
         ),
-        f"bytes a layer's activations shrink by when its norms' outputs are cached in FP8, {where}",
+        "bytes a layer's activations shrink by when its norms' outputs are cached quantized,"
+        f" {where}",
+        coefficient_unit="byte",
+    )
+    define(
+        f"memory.activations.fp8_freed.norm_output{sp}",
+        s * b * split(h, 0) * FREED,
+        "byte",
+        FP8_CACHE,
+        (
+            (
+                "one norm's output (the input of the QKV projection, or of the MLP) kept quantized,"
+                " 2ρ_q bytes an element, not 2"
+            ),
+            QUANTIZED,
+        ),
+        "bytes a layer's activations shrink by when one norm's output is cached quantized,"
+        f" {where}",
+        coefficient_unit="byte",
+    )
+    define(
+        f"memory.activations.quantized_copy.norm_output{sp}",
+        s * b * split(h, 0) * 2 * rho,
+        "byte",
+        "NVIDIA/Megatron-LM megatron/core/transformer/multi_latent_attention.py (the query and the"
+        " key/value down-projections, two TELinear, each quantize the input norm's output) and"
+        " moe/moe_layer.py, moe/moe_utils.py (the shared experts' linear_fc1 quantizes the pre-MLP"
+        " norm's output, which the router saves in 16 bits); NVIDIA TransformerEngine"
+        " transformer_engine/pytorch/module/linear.py (each linear saves its own quantized input)",
+        (
+            (
+                "a second copy of a norm's output, 2ρ_q bytes an element: MLA's second"
+                " down-projection's, or the shared experts' beside the router's 16-bit one"
+            ),
+            QUANTIZED,
+        ),
+        f"bytes a layer keeps for a second quantized copy of a norm's output, {where}",
         coefficient_unit="byte",
     )
     define(
         f"memory.activations.fp8_freed.mla_latents{sp}",
-        s * b * split(r_q + r_kv, 0),
+        s * b * split(r_q + r_kv, 0) * FREED,
         "byte",
         FP8_CACHE,
-        ("the latents' norms' outputs (the up-projections' inputs) kept in 1 byte, not 2",),
-        "bytes an MLA layer's activations shrink by when its up-projections' inputs are cached in"
-        f" FP8, {where}",
+        (
+            (
+                "the latents' norms' outputs (the up-projections' inputs) kept quantized, not in 2"
+                " bytes"
+            ),
+            QUANTIZED,
+        ),
+        "bytes an MLA layer's activations shrink by when its up-projections' inputs are cached"
+        f" quantized, {where}",
         coefficient_unit="byte",
     )
 DTENSOR_TP = (
@@ -813,30 +866,59 @@ define(
 )
 define(
     "memory.activations.fp8_freed.swiglu_inputs",
-    s * b * 2 * h_ff / t,
+    s * b * 2 * h_ff / t * FREED,
     "byte",
     FP8_CACHE,
-    ("the gate and up projections (2h_ff) kept in 1 byte, not 2",),
-    "bytes a layer's activations shrink by when its SwiGLU's inputs are cached in FP8",
+    ("the gate and up projections (2h_ff) kept quantized, not in 2 bytes", QUANTIZED),
+    "bytes a layer's activations shrink by when its SwiGLU's inputs are cached quantized",
     coefficient_unit="byte",
 )
 define(
     "memory.activations.fp8_freed.swiglu_products",
-    s * b * h_ff / t,
+    s * b * h_ff / t * FREED,
     "byte",
     FP8_CACHE,
-    ("the SwiGLU's product (the down projection's input, h_ff) kept in 1 byte, not 2",),
-    "bytes a layer's activations shrink by when its down projection's input is cached in FP8",
+    (
+        (
+            "the activation's output (the down projection's input, h_ff; a SwiGLU's product) kept"
+            " quantized, not in 2 bytes"
+        ),
+        QUANTIZED,
+    ),
+    "bytes a layer's activations shrink by when its down projection's input is cached quantized",
     coefficient_unit="byte",
 )
 define(
     "memory.activations.fp8_freed.expert_inputs",
-    s * b * k * h,
+    s * b * k * w_e * FREED,
     "byte",
     FP8_CACHE
     + "; §3.3.2 (activations before the MoE up-projections quantized to FP8 and dispatched)",
-    ("each token's k routed copies kept in 1 byte, not 2",),
-    "bytes an MoE layer's activations shrink by when its dispatched tokens are cached in FP8",
+    (
+        "each token's k routed copies, in the experts' width w (LatentMoE's latent or h), kept"
+        " quantized, not in 2 bytes",
+        QUANTIZED,
+    ),
+    "bytes an MoE layer's activations shrink by when its dispatched tokens are cached quantized",
+    coefficient_unit="byte",
+)
+define(
+    "memory.activations.quantized_copy.attention_output",
+    s * b * a * d_h / t * 2 * rho,
+    "byte",
+    "NVIDIA/Megatron-LM megatron/core/transformer/attention.py (linear_proj saves its original"
+    " input, the attention kernel's saved output, only for FP8 recipes other than delayed scaling"
+    " and for FP4); NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py"
+    " (save_original_input is refused with delayed scaling's Float8Quantizer)",
+    (
+        (
+            "under FP8 delayed scaling the output projection saves a quantized copy of the"
+            " attention output (a·d_h, split by TP) beside the 16-bit one the attention kernel"
+            " saves"
+        ),
+        QUANTIZED,
+    ),
+    "bytes a layer keeps for its output projection's quantized copy of the attention output",
     coefficient_unit="byte",
 )
 define(

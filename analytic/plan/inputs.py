@@ -180,6 +180,9 @@ class Inputs:
         self.zero_optimizer = props.get("zero_optimizer")
         # choices.FP8_WEIGHT_CACHES; None: cast at each use
         self.fp8_weight_cache = props.get("fp8_weight_cache")
+        #: whose rules decide what the stack's linears save quantized under a low-precision
+        #: recipe (choices.QUANTIZED_SAVED_INPUTS); None: their 16-bit inputs
+        self.quantized_saved_inputs = props.get("quantized_saved_inputs")
         # choices.CP_ATTENTIONS; None: its buffers not counted
         self.cp_attention = props.get("cp_attention")
         #: what a sequence-parallel matmul saves of its input: "split" (Megatron's shard) or

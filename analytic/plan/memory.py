@@ -192,7 +192,8 @@ def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
 def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
     """A hybrid model's mean layer: each kind's activations (Mamba-2, attention, MLP, MoE) weighted
     by its share of the pattern (a stage's layers hold the pattern's mix; the stack's extras and
-    recompute modules are counted for transformer blocks only and not here)."""
+    recompute modules are counted for transformer blocks only and not here), and what each kind's
+    linears save quantized (:func:`_quantized_attention`)."""
     m = inp.model
     if inp.layout.fp8_activations or inp.layout.recompute_modules:
         raise InputError(
@@ -208,7 +209,23 @@ def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
     if m.is_moe:
         kinds["E"] = _mlp_half(inp, True, sp, kw)
     parts = [f * m.layer_pattern.count(c) for c, f in kinds.items() if m.layer_pattern.count(c)]
-    return sum(parts[1:], parts[0]) / m.layers
+    layer = sum(parts[1:], parts[0]) / m.layers
+    if not (inp.low_precision and inp.quantized_saved_inputs):
+        return layer
+    # each kind's inputs saved quantized, by Megatron-Core's rules; a Mamba-2 layer's input
+    # projection fuses its norm, as the QKV projection does
+    quantized = {
+        "*": _quantized_attention(inp, sp, kw),
+        "-": _quantized_mlp(inp, sp, kw, False),
+        "M": ([_freed(inp, f"norm_output{sp}", kw)], []),
+        "E": _quantized_mlp(inp, sp, kw, True) if m.is_moe else ([], []),
+    }
+    freed, copies = [], []
+    for c, (kind_freed, kind_copies) in quantized.items():
+        share = ratio(m.layer_pattern.count(c), m.layers)
+        freed += [f * share for f in kind_freed] if share else []
+        copies += [f * share for f in kind_copies] if share else []
+    return _with_quantized(inp, layer, freed, copies)
 
 
 def _stack_extras(inp: Inputs, layer: Formula, sp: str, kw: dict) -> Formula:
@@ -256,13 +273,43 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
             (layer - sum(freed[1:], freed[0]), inp.deg.recompute_is("selective")),
             (layer, True),
         )
-    if not lay.fp8_activations:
+    if lay.fp8_activations:
+        cached = _fp8_cached(inp, sp, kw, moe)
+        return layer - _summed(cached) if cached else layer
+    if not (inp.low_precision and inp.quantized_saved_inputs):
         return layer
+    attention, mlp = _quantized_attention(inp, sp, kw), _quantized_mlp(inp, sp, kw, moe)
+    return _with_quantized(inp, layer, attention[0] + mlp[0], attention[1] + mlp[1])
+
+
+def _with_quantized(inp: Inputs, layer: Formula, freed: list, copies: list) -> Formula:
+    """``layer`` less what its inputs saved quantized free, plus the quantized copies kept beside
+    16-bit ones; the layers a recipe keeps in BF16 save their 16-bit inputs (their share, as
+    ops.gemm times their GEMMs)."""
+    if copies:
+        layer = layer + _summed(copies) * (1 - inp.kept_16)
+    return layer - _summed(freed) * (1 - inp.kept_16) if freed else layer
+
+
+def _summed(parts: list) -> Formula:
+    return sum(parts[1:], parts[0])
+
+
+def _quantized(inp: Inputs) -> dict:
+    """The value of ρ_q: bytes of an element saved quantized per byte of its 16-bit form."""
+    return {"quantized_ratio": inp.recipe["operand_bytes"] / 2}
+
+
+def _fp8_cached(inp: Inputs, sp: str, kw: dict, moe: bool) -> list:
+    """What caching in FP8 (DeepSeek-V3 §3.3.2) frees of a layer's saved tensors: every Linear's
+    input and the SwiGLU's, less what the recompute modules already free."""
+    m, modules = inp.model, inp.layout.recompute_modules
     if m.mlp_formulas != "swiglu":  # the cached tensors are a SwiGLU's inputs and products
         raise InputError(
             "fp8_activations: caching in FP8 (DeepSeek-V3 §3.3.2) is counted for SwiGLU MLPs, not"
             f" {m.mlp!r}"
         )
+    kw = kw | _quantized(inp)
     # experts' widths as multiples of one's (the busiest rank's copies of a token need not be whole)
     width, copies = (m.ffn_hidden, 1)
     if moe:
@@ -275,12 +322,63 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
     if products and cached:  # moe_act without shared experts leaves no product saved
         cached.append(inp.f(f"{fp8}.swiglu_products", ffn_hidden=width, **kw) * products)
     if "layernorm" not in modules:
-        cached.append(inp.f(f"memory.activations.fp8_freed.norm_outputs{sp}", **kw))
+        cached.append(inp.f(f"{fp8}.norm_outputs{sp}", **kw))
     if m.attention == "mla" and "mla_up_proj" not in modules:
-        cached.append(inp.f(f"memory.activations.fp8_freed.mla_latents{sp}", **kw))
+        cached.append(inp.f(f"{fp8}.mla_latents{sp}", **kw))
     if moe:
-        cached.append(inp.f("memory.activations.fp8_freed.expert_inputs", **kw, **routed))
-    return layer - sum(cached[1:], cached[0]) if cached else layer
+        cached.append(inp.f(f"{fp8}.expert_inputs", **kw, topk=inp.busiest_topk))
+    return cached
+
+
+def _freed(inp: Inputs, name: str, kw: dict, **more) -> Formula:
+    return inp.f(f"memory.activations.fp8_freed.{name}", **kw, **_quantized(inp), **more)
+
+
+def _norm_copy(inp: Inputs, sp: str, kw: dict) -> Formula:
+    return inp.f(f"memory.activations.quantized_copy.norm_output{sp}", **kw, **_quantized(inp))
+
+
+def _quantized_attention(inp: Inputs, sp: str, kw: dict) -> tuple[list, list]:
+    """(what is freed, what is added) of an attention half when its Transformer Engine linears
+    save their inputs quantized, by Megatron-Core's rules (stacks.toml quantized_saved_inputs): the
+    input norm's output, fused into the QKV projection, or quantized by each of MLA's two
+    down-projections; MLA's latents, fused into the up-projections; under delayed scaling the
+    output projection's quantized copy of the attention output. Under the ``layernorm`` and
+    ``mla_up_proj`` modules their outputs are freed already and their consumers save them
+    unquantized (save_original_input)."""
+    m, modules = inp.model, inp.layout.recompute_modules
+    freed, copies = [], []
+    if "layernorm" not in modules:
+        freed.append(_freed(inp, f"norm_output{sp}", kw))
+        copies += [_norm_copy(inp, sp, kw)] if m.attention == "mla" else []
+    if m.attention == "mla" and "mla_up_proj" not in modules:
+        freed.append(_freed(inp, f"mla_latents{sp}", kw))
+    if inp.fp8_recipe == "delayed":
+        copies.append(
+            inp.f("memory.activations.quantized_copy.attention_output", **kw, **_quantized(inp))
+        )
+    return freed, copies
+
+
+def _quantized_mlp(inp: Inputs, sp: str, kw: dict, moe: bool) -> tuple[list, list]:
+    """(what is freed, what is added) of an MLP half, as :func:`_quantized_attention`'s: a dense
+    one's norm output (fused into its first matrix) and down projection's input unless the ``mlp``
+    module recomputes it; an MoE one's routed copies and its experts' down projections' inputs
+    (the routed ones' freed already under ``moe_act``), while its router keeps the norm's 16-bit
+    output and its shared experts a quantized copy of it."""
+    m, modules = inp.model, inp.layout.recompute_modules
+    norms = "layernorm" not in modules
+    if not moe:
+        if "mlp" in modules:  # the recomputed MLP keeps only its input
+            return [], []
+        freed = [_freed(inp, "swiglu_products", kw, ffn_hidden=m.ffn_hidden)]
+        return freed + ([_freed(inp, f"norm_output{sp}", kw)] if norms else []), []
+    products = m.shared_experts + (0 if "moe_act" in modules else inp.busiest_topk)
+    freed = [
+        _freed(inp, "expert_inputs", kw, topk=inp.busiest_topk),
+        _freed(inp, "swiglu_products", kw, ffn_hidden=m.expert_ffn_hidden) * products,
+    ]
+    return freed, [_norm_copy(inp, sp, kw)] if norms and m.shared_experts else []
 
 
 def stage_layers(inp: Inputs) -> tuple:

@@ -133,6 +133,7 @@ def structure(inp: Inputs) -> str | None:
         f"weight_decay={inp.weight_decay}",
         f"zero_optimizer={inp.zero_optimizer}",
         f"fp8_weight_cache={inp.fp8_weight_cache if inp.low_precision else None}",
+        f"saved_quantized={inp.quantized_saved_inputs if inp.low_precision else None}",
         f"sp_inputs={inp.sp_saved_inputs}",
         f"sp_relayout={inp.sp_relayout}",
         f"qk_gathered={inp.qk_gathered}",

@@ -243,10 +243,114 @@ class LegacyLlamaLayer(nn.Module):
         return x + _dropout(self.four_h_to_h(F.silu(gate) * up), self.p)
 
 
+def _quantize(x, block):
+    """``x`` in E4M3 as Transformer Engine saves it, with its scales: one FP32 scale for the
+    tensor (``block`` None, per-tensor FP8), or an E8M0 scale per ``block`` elements along the last
+    dimension (MXFP8, OCP MX v1.0 §5: 2^(⌊log2 amax⌋ − 8), E4M3's largest exponent 8)."""
+    xf = x.float()
+    if block is None:
+        scale = (448 / xf.abs().amax().clamp(min=2**-126)).reshape(1)
+        return (xf * scale).to(torch.float8_e4m3fn), scale
+    blocks = xf.reshape(*xf.shape[:-1], -1, block)
+    exponent = torch.floor(torch.log2(blocks.abs().amax(-1, keepdim=True).clamp(min=2**-126))) - 8
+    q = (blocks / torch.exp2(exponent)).to(torch.float8_e4m3fn).reshape(x.shape)
+    return q, torch.exp2(exponent).squeeze(-1).to(torch.float8_e8m0fnu)
+
+
+def _dequantize(q, scale, block, dtype):
+    if block is None:
+        return (q.float() / scale).to(dtype)
+    blocks = q.float().reshape(*q.shape[:-1], -1, block) * scale.float().unsqueeze(-1)
+    return blocks.reshape(q.shape).to(dtype)
+
+
+def _weight_grad(grad, x):
+    return grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+
+
+class QuantizedLinear(torch.autograd.Function):
+    """A Transformer Engine linear under a quantization recipe (``block``: None for per-tensor FP8,
+    32 for MXFP8): its input saved quantized for the weight-gradient GEMM, or, with
+    ``save_original``, the input itself (Megatron-Core's save_original_input)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, block, save_original):
+        ctx.block, ctx.original = block, save_original
+        if save_original:
+            ctx.save_for_backward(x, weight)
+        else:
+            ctx.save_for_backward(*_quantize(x, block), weight)
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.original:
+            x, weight = ctx.saved_tensors
+        else:
+            q, scale, weight = ctx.saved_tensors
+            x = _dequantize(q, scale, ctx.block, grad.dtype)
+        return grad @ weight, _weight_grad(grad, x), None, None
+
+
+class NormQuantizedLinear(torch.autograd.Function):
+    """Transformer Engine's LayerNormLinear under a quantization recipe: an RMSNorm fused with the
+    linear after it; the norm's input and fp32 reciprocal RMS are saved, and its output quantized
+    (TE's ln_out)."""
+
+    @staticmethod
+    def forward(ctx, x, norm_weight, weight, block):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        y = (x.float() * rstd).to(x.dtype) * norm_weight
+        ctx.block = block
+        ctx.save_for_backward(x, norm_weight, rstd, *_quantize(y, block), weight)
+        return y @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, norm_weight, _, q, scale, weight = ctx.saved_tensors
+        y = _dequantize(q, scale, ctx.block, grad.dtype)
+        with torch.enable_grad():
+            x_, w_ = x.detach().requires_grad_(), norm_weight.detach().requires_grad_()
+            normed = FusedRMSNorm.apply(x_, w_)
+            dx, dw = torch.autograd.grad(normed, (x_, w_), grad @ weight)
+        return dx, dw, _weight_grad(grad, y), None
+
+
+class QuantizedLlamaLayer(nn.Module):
+    """A Llama layer as Megatron-Core builds it with Transformer Engine under a quantization
+    recipe ("delayed" or "tensorwise" FP8, or "mxfp8"): the QKV projection and the MLP's first
+    matrix fused with their norms, FlashAttention, the output projection (saving the attention's
+    16-bit output, or under delayed scaling a quantized copy), the fused SwiGLU and the down
+    projection. Input [s, h]."""
+
+    def __init__(self, hidden: int, heads: int, ffn_hidden: int, recipe: str):
+        super().__init__()
+        self.a, self.block = heads, 32 if recipe == "mxfp8" else None
+        self.original = recipe != "delayed"
+        self.norm1, self.norm2 = nn.Parameter(torch.ones(hidden)), nn.Parameter(torch.ones(hidden))
+        self.qkv, self.proj, self.fc1, self.fc2 = (
+            nn.Parameter(torch.randn(n, k) / k**0.5)
+            for n, k in (
+                (3 * hidden, hidden), (hidden, hidden), (2 * ffn_hidden, hidden),
+                (hidden, ffn_hidden),
+            )
+        )
+
+    def forward(self, x):
+        s, h = x.shape
+        qkv = NormQuantizedLinear.apply(x, self.norm1, self.qkv, self.block)
+        q, k, v = qkv.view(s, self.a, 3, h // self.a).unbind(2)
+        out = FlashAttention.apply(q, k, v).view(s, h)
+        x = x + QuantizedLinear.apply(out, self.proj, self.block, self.original)
+        act = WeightedSwiGLU.apply(NormQuantizedLinear.apply(x, self.norm2, self.fc1, self.block))
+        return x + QuantizedLinear.apply(act, self.fc2, self.block, False)
+
+
 def saved_bytes(module: nn.Module, tokens: int, hidden: int, batch: int | None = None) -> dict:
     """Bytes of the distinct storages ``module``'s bf16 forward on ``tokens`` tokens ([tokens,
     hidden], or [tokens, batch, hidden] sequences when ``batch`` is given) saves for its backward,
-    by dtype ("bfloat16", "float32", "bool": dropout masks); its parameters (model states) and
+    by dtype ("bfloat16", "float32", "bool": dropout masks, "float8_e4m3fn" and "float8_e8m0fnu":
+    quantized inputs and their block scales); its parameters (model states) and
     integer index tensors (the dispatch's bookkeeping) left out."""
     module = module.to(torch.bfloat16)
     params = {p.untyped_storage().data_ptr() for p in module.parameters()}
@@ -276,6 +380,9 @@ __all__ = [
     "LegacyLlamaLayer",
     "MLAHalf",
     "MoEHalf",
+    "NormQuantizedLinear",
+    "QuantizedLinear",
+    "QuantizedLlamaLayer",
     "WeightedSwiGLU",
     "saved_bytes",
 ]
