@@ -180,8 +180,10 @@ def _halves(d: Derivation, lse, out, qkv, swiglu):
     zxbcdt = d.step(
         "A Mamba-2 layer's fused kernel (mamba_split_conv1d_scan_combined) saves the input"
         " projection's output z, x, B, C, dt (H·P + (H·P + 2G·N) + H channels) and the scan's"
-        " output y (H·P), recomputing the convolution and the gated norm's output",
-        two * s * b * ((2 * H_m * P_m + 2 * G_m * N_m + H_m) + H_m * P_m),
+        " output (H·P), recomputing the convolution; Megatron-Core runs the group norm after the"
+        " kernel, which saves its input, the gated output (H·P), and the output projection, which"
+        " saves the norm's output (H·P)",
+        two * s * b * ((2 * H_m * P_m + 2 * G_m * N_m + H_m) + H_m * P_m + 2 * H_m * P_m),
     )
     d.check(norms + zxbcdt / t, "memory.activations.mamba2")
     d.check((norms + zxbcdt) / t, "memory.activations.mamba2_sp")

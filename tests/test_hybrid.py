@@ -25,6 +25,23 @@ def test_a_nemotron_3_nano_mamba_layer_by_hand():
     assert mamba + m.hidden == by_hand
 
 
+def test_a_nemotron_3_nano_mamba_layer_saves_by_hand():
+    """What one Mamba-2 layer of Nemotron 3 Nano (h = 2,688; 64 heads of 64, 8 groups of state
+    128) keeps a token in BF16, as Megatron-Core runs it: the input norm's input and output
+    (2 × 2 × 2,688), the input projection's output z, x, B, C, dt (2 × (2 × 4,096 + 2 × 8 × 128 +
+    64)), the scan's output, the gated output the group norm saves and that norm's output the output
+    projection saves (3 × 2 × 4,096): 55,936 bytes; at TP 2 the inner tensors halve."""
+    m = an.model("nemotron-3-nano")
+    by_hand = 4 * 2688 + 2 * (2 * 4096 + 2 * 8 * 128 + 64) + 3 * 2 * 4096
+    assert by_hand == 55936
+    for tp, sp, want in ((1, "", by_hand), (2, "", 4 * 2688 + (by_hand - 4 * 2688) / 2),
+                         (2, "_sp", by_hand / 2)):
+        f = an.formula(f"memory.activations.mamba2{sp}")
+        values = {k: v for k, v in m.inputs().items() if k in f.symbols}
+        got = f.evaluate(**values, seq_len=1, microbatch_size=1, tp=tp).to("byte").magnitude
+        assert got == want
+
+
 def test_the_nemotron_3_counts_by_kind():
     nano, super_ = an.model("nemotron-3-nano"), an.model("nemotron-3-super")
     assert (nano.mamba_blocks, nano.moe_blocks, nano.attention_blocks, nano.dense_blocks) == (

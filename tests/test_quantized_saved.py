@@ -141,14 +141,13 @@ def test_a_hybrid_models_mean_layer_saves_each_kinds_inputs_quantized():
     """Nemotron 3 Nano (52 layers: 23 Mamba-2, 23 MoE, 6 attention; h = 2,688; 32 heads of 128;
     6 routed experts of 1,856 in h, 2 shared), FP8 with delayed scaling, per token of the mean
     layer: an attention layer frees its norm's output (2,688) and keeps the output projection's
-    copy (4,096); a Mamba-2 layer's input projection fuses its norm (2,688); an MoE layer frees
-    its 6 routed copies (6 × 2,688) and 8 experts' down projections' inputs (8 × 1,856) and keeps
-    the shared experts' copy of its norm's output (2,688)."""
+    copy (4,096); a Mamba-2 layer's input projection fuses its norm (2,688) and its output
+    projection saves its group norm's output (64 heads of 64); an MoE layer frees its 6 routed
+    copies (6 × 2,688) and 8 experts' down projections' inputs (8 × 1,856) and keeps the shared
+    experts' copy of its norm's output (2,688)."""
     lay = an.Layout(ep=8, dp=8)
     bf16 = per_token("nemotron-3-nano", lay)
-    change = (
-        6 * (4096 - 2688) - 23 * 2688 + 23 * (2688 - 6 * 2688 - 8 * 1856)
-    )
+    change = 6 * (4096 - 2688) - 23 * (2688 + 4096) + 23 * (2688 - 6 * 2688 - 8 * 1856)
     got = per_token("nemotron-3-nano", lay, dtype="fp8", fp8_recipe="delayed")
     assert float(got) == pytest.approx(float(bf16 + Fraction(change, 52)), rel=1e-12)
 

@@ -505,11 +505,14 @@ _mla_seq = 4 * h + 4 * r_q + 2 * (r_kv + d_r) + 2 * r_kv
 _mla_head = 4 * a * (d_h + d_r) + 4 * a * d_h + 4 * a
 _moe_inner = 6 * (k + E_s) * h_e
 H_m, P_m, N_m, G_m, w_e = S("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "expert_width")
-_mamba_inner = 2 * (2 * H_m * P_m + 2 * G_m * N_m + H_m) + 2 * H_m * P_m
+_mamba_inner = 2 * (2 * H_m * P_m + 2 * G_m * N_m + H_m) + 2 * H_m * P_m + 4 * H_m * P_m
 MAMBA_SAVED = (
     "state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py,"
     " MambaSplitConv1dScanCombinedFn.forward (save_for_backward: zxbcdt, out_x), the path"
-    " Megatron-Core's MambaMixer takes with use_mem_eff_path"
+    " Megatron-Core's MambaMixer takes with use_mem_eff_path; NVIDIA/Megatron-LM"
+    " megatron/core/ssm/mamba_mixer.py (2026) _ssm_training: the kernel without its norm and"
+    " output projection, then ExtendedRMSNorm (mamba_ssm layernorm_gated LayerNormFn saves its"
+    " input) and out_proj, a TERowParallelLinear (saves its input)"
 )
 for sp, split, where in (
     ("", lambda seq, inner: seq + inner / t, "TP without SP"),
@@ -595,9 +598,10 @@ for sp, split, where in (
             "16-bit activations",
             (
                 "saved: the norm's input and output (the input projection's input), the input"
-                " projection's output z, x, B, C, dt (2(2H·P + 2G·N + H)) and the scan's output"
-                " (2H·P); the convolution, the chunk states and the gated norm's output recomputed"
-                " in the backward"
+                " projection's output z, x, B, C, dt (2(2H·P + 2G·N + H)), the scan's output"
+                " (2H·P), its gated output, the input of the group norm after the kernel (2H·P),"
+                " and that norm's output, the output projection's input (2H·P); the convolution"
+                " and the chunk states recomputed in the backward"
             ),
             "tensor parallelism splits the heads and groups",
         ),
@@ -886,6 +890,22 @@ define(
         QUANTIZED,
     ),
     "bytes a layer's activations shrink by when its down projection's input is cached quantized",
+    coefficient_unit="byte",
+)
+define(
+    "memory.activations.fp8_freed.mamba2_out_proj_input",
+    s * b * H_m * P_m / t * FREED,
+    "byte",
+    FP8_CACHE + "; " + MAMBA_SAVED,
+    (
+        (
+            "a Mamba-2 layer's output projection's input, its group norm's output (H·P, split by"
+            " TP), kept quantized, not in 2 bytes"
+        ),
+        QUANTIZED,
+    ),
+    "bytes a Mamba-2 layer's activations shrink by when its output projection's input is cached"
+    " quantized",
     coefficient_unit="byte",
 )
 define(

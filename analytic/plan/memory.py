@@ -213,11 +213,13 @@ def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
     if not (inp.low_precision and inp.quantized_saved_inputs):
         return layer
     # each kind's inputs saved quantized, by Megatron-Core's rules; a Mamba-2 layer's input
-    # projection fuses its norm, as the QKV projection does
+    # projection fuses its norm, as the QKV projection does, and its output projection saves the
+    # group norm's output
+    mamba = [_freed(inp, f"norm_output{sp}", kw), _freed(inp, "mamba2_out_proj_input", kw)]
     quantized = {
         "*": _quantized_attention(inp, sp, kw),
         "-": _quantized_mlp(inp, sp, kw, False),
-        "M": ([_freed(inp, f"norm_output{sp}", kw)], []),
+        "M": (mamba if m.mamba_blocks else [], []),
         "E": _quantized_mlp(inp, sp, kw, True) if m.is_moe else ([], []),
     }
     freed, copies = [], []
