@@ -280,10 +280,12 @@ def test_the_layers_kept_in_bf16_run_their_gemms_at_16_bits():
     the weight cache goes."""
     kw = dict(seq_len=4096, global_batch=64)
     lay = an.Layout(dp=8)
-    bf16, fp8 = (an.Plan("llama3-8b", "h100-sxm", lay, dtype=d, **kw) for d in ("bf16", "fp8"))
-    ends, every = (
-        an.Plan("llama3-8b", "h100-sxm", lay, dtype="fp8", bf16_layers=k, **kw)
-        for k in ((1, 1), (32, 0))
+    bf16 = an.Plan("llama3-8b", "h100-sxm", lay, **kw)
+    # Megatron-Core refuses layers in BF16 under delayed scaling
+    fp8, ends, every = (
+        an.Plan("llama3-8b", "h100-sxm", lay, dtype="fp8", fp8_recipe="tensorwise", bf16_layers=k,
+                **kw)
+        for k in (None, (1, 1), (32, 0))
     )
     gemm = {
         k: p.value("time.gemm").to("s").magnitude
@@ -320,11 +322,16 @@ def test_layers_kept_in_bf16_are_a_low_precision_plans():
         main(
             (
                 "step --model llama3-8b --hardware h100-sxm --gpus 8 --seq 4096 --global-batch 64"
-                " --dtype fp8 --bf16-layers 1,1 --json"
+                " --dtype fp8 --fp8-recipe tensorwise --bf16-layers 1,1 --json"
             ).split()
         )
         == 0
     )
+    with pytest.raises(an.InputError, match="bf16_layers: Megatron-Core refuses"):
+        an.Plan(
+            "llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64, dtype="fp8",
+            bf16_layers=(1, 1),
+        )
     assert (
         main(
             (

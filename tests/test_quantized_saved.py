@@ -99,13 +99,21 @@ def test_recomputed_norms_leave_no_copy_and_moe_act_no_product():
 
 def test_the_layers_kept_in_bf16_save_their_16_bit_inputs():
     """Llama 3 8B in NVFP4 with 2 + 2 of its 32 layers kept in BF16: a layer saves the mean of
-    28 quantized layers and 4 in 16 bits, as the GEMMs are timed; under FP8's delayed scaling the
-    output projection's copy is the 28 layers' too."""
+    28 quantized layers and 4 in 16 bits, as the GEMMs are timed; DeepSeek-V3's quantized copies
+    (MLA's second down-projection's, the shared expert's) too, with 1 + 1 of its 61 layers in
+    BF16 (the MoE layer counted above). Megatron-Core refuses layers in BF16 under delayed
+    scaling."""
     bf16 = per_token("llama3-8b")
     got = per_token("llama3-8b", dtype="nvfp4", bf16_layers=(2, 2))
     assert got == bf16 - DENSE * Fraction(23, 16) * Fraction(28, 32)
-    delayed = per_token("llama3-8b", dtype="fp8", fp8_recipe="delayed", bf16_layers=(2, 2))
-    assert delayed == bf16 - (DENSE - 4096) * Fraction(28, 32)
+    lay, q = an.Layout(ep=8, dp=8), Fraction(9, 16)
+    quantized = 1536 + 512 + 8 * 7168 + 9 * 2048
+    change = 2 * 7168 * q - 2 * 7168 - quantized * (2 - q) + 7168 * q
+    got = per_token("deepseek-v3", lay, dtype="nvfp4", bf16_layers=(1, 1))
+    want = per_token("deepseek-v3", lay) + change * Fraction(59, 61)
+    assert float(got) == pytest.approx(float(want), rel=1e-12)
+    with pytest.raises(an.InputError, match="bf16_layers: Megatron-Core refuses"):
+        per_token("llama3-8b", dtype="fp8", fp8_recipe="delayed", bf16_layers=(2, 2))
 
 
 def test_a_stack_whose_linears_save_16_bit_inputs_keeps_the_bf16_count():
@@ -183,3 +191,49 @@ def test_a_transformer_engine_layer_saves_what_the_count_says(recipe, ratio):
     per_tensor_scales = {"delayed": 4, "tensorwise": 3, "mxfp8": 0}[recipe] * 4
     assert sum(got.values()) == 128 * (want + 2 * 4) + per_tensor_scales
     assert got["float8_e4m3fn"] == 128 * (2 * 256 + 160 + (256 if recipe == "delayed" else 0))
+
+
+def test_megatron_core_refuses_what_delayed_scaling_cannot_save(capsys):
+    """Megatron-Core's transformer_config.py refuses, under FP8's delayed scaling, the layernorm and
+    moe_act recompute modules (their consumers save their original inputs, which TE refuses with a
+    delayed-scaling quantizer) and layers kept in BF16; the other modules and recipes run. The
+    command line says so in one line and exits 2."""
+    from analytic.cli.main import main
+
+    kw = dict(seq_len=4096, global_batch=64, dtype="fp8")
+    lay = an.Layout(ep=8, dp=8, recompute="selective")
+    for modules, refused in ((("layernorm",), "layernorm"), (("moe_act", "core_attn"), "moe_act"),
+                             (("layernorm", "moe_act"), "layernorm and moe_act")):
+        with pytest.raises(an.InputError, match=f"Megatron-Core refuses {refused} recomputation"):
+            an.Plan("deepseek-v3", "h100-sxm", lay.replace(recompute_modules=modules), **kw)
+        an.Plan("deepseek-v3", "h100-sxm", lay.replace(recompute_modules=modules), **kw,
+                fp8_recipe="tensorwise")
+    an.Plan("deepseek-v3", "h100-sxm", lay.replace(recompute_modules=("mla_up_proj",)), **kw)
+    an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), **kw, bf16_layers=(0, 1),
+            fp8_recipe="blockwise")
+    with pytest.raises(an.InputError, match="bf16_layers: Megatron-Core refuses"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), **kw, bf16_layers=(0, 1))
+    argv = ("memory --model llama3-8b --hardware h100-sxm --gpus 8 --seq 4096 --global-batch 64"
+            " --dtype fp8 --recompute selective --recompute-modules layernorm").split()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Megatron-Core refuses layernorm recomputation" in err[0]
+
+
+def test_the_story_says_how_the_linears_inputs_are_saved(capsys):
+    """`analytic step`'s activations line says the linears' inputs are saved quantized where the
+    plan counts them so (its sources say which): in MXFP8 on Megatron-Core, not in BF16 and not on
+    TorchTitan, whose Float8Linear saves its input as given."""
+    from analytic.cli.main import main
+
+    args = ["step", "--model", "llama3-8b", "--hardware", "b200", "--dp", "8", "--zero", "1",
+            "--seq", "4096", "--global-batch", "64"]
+    said = {}
+    for extra in ((), ("--dtype", "mxfp8"), ("--dtype", "mxfp8", "--stack", "torchtitan-2025")):
+        assert main([*args, *extra]) == 0
+        said[extra] = next(
+            ln for ln in capsys.readouterr().out.splitlines() if "activations held" in ln
+        )
+    assert ["linears' inputs saved in MXFP8" in line for line in said.values()] == [
+        False, True, False
+    ]

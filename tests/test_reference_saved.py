@@ -166,7 +166,7 @@ def test_deepseek_v3_layer_with_its_activations_cached_in_fp8():
     )
     plan = an.Plan(
         an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
-        dtype="fp8",
+        dtype="fp8", fp8_recipe="tensorwise",
     )
     assert plan.expr("memory.activations.layer").value().to("byte").magnitude == 4096 * want
 
@@ -194,7 +194,7 @@ def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are
         )
         plan = an.Plan(
             an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
-            dtype="fp8" if fp8 else "bf16",
+            **(dict(dtype="fp8", fp8_recipe="tensorwise") if fp8 else {}),
         )
         return plan.expr("memory.activations.layer").value().to("byte").magnitude / 4096
 
@@ -342,7 +342,7 @@ def test_savers_never_add_and_fp8_at_most_halves(model, modules, sp):
     cached tensor's two bytes: per layer, 0 < savers ≤ none, and FP8 ≥ half of bf16 with the same
     modules."""
     modules = tuple(m for m in modules if m != "mla_up_proj" or model.attention == "mla")
-    kw = dict(seq_len=512, global_batch=8, dtype="fp8")
+    kw = dict(seq_len=512, global_batch=8, dtype="fp8", fp8_recipe="tensorwise")
 
     def layer(recompute_modules=(), fp8=False):
         lay = an.Layout(

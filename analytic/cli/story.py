@@ -269,6 +269,15 @@ def _weights_label(plan) -> str:
     return f"16-bit weights and their {plan.dtype.upper()} copies"
 
 
+def _saved_label(plan) -> str:
+    """How the linears' saved inputs are held, where the plan counts them quantized (a
+    ``memory.activations.fp8_freed.*`` among the activations' sources): in the plan's format."""
+    sources = plan.sources("memory.activations")
+    if not any(s.startswith("memory.activations.fp8_freed.") for s in sources):
+        return ""
+    return f"; linears' inputs saved in {plan.dtype.upper()}"
+
+
 def _memory(f: Figures, add) -> None:
     """Memory per GPU on the fullest stage, the allocator's peak, and the changes that make it
     fit."""
@@ -320,7 +329,7 @@ def _memory(f: Figures, add) -> None:
         "memory",
         "activations",
         f"activations held{where} ({lay.schedule}, recompute {lay.recompute}"
-        f"{'; 2 layers on device' if lay.offload_activations else ''})",
+        f"{'; 2 layers on device' if lay.offload_activations else ''}{_saved_label(plan)})",
         mem.activations.to("GB"),
         _tags(plan, "memory.activations", "memory.activations.", "memory.offload."),
     )

@@ -104,6 +104,7 @@ class Inputs:
         if layout.quantized_params:
             self._check_quantized_params()
         self._read_bf16_layers(bf16_layers)
+        self._check_delayed_scaling()
         self._read_capacity(expert_capacity, pad_to_capacity)
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
             self.recipe = {**self.recipe, "cast": self.recipe["cast_compiled"]}
@@ -197,6 +198,25 @@ class Inputs:
         #: memory.activations.legacy.*)
         self.saved_extra = tuple(props.get("saved_extra", ()))
         self._check_stack_runs()
+
+    def _check_delayed_scaling(self) -> None:
+        """What Megatron-Core refuses with FP8's delayed scaling (megatron/core/transformer/
+        transformer_config.py): the layernorm and moe_act recompute modules, whose consumers must
+        save their original inputs (Transformer Engine refuses save_original_input with delayed
+        scaling's Float8Quantizer), and layers kept in BF16 at the ends."""
+        if self.quantized_saved_inputs != "megatron-core" or self.fp8_recipe != "delayed":
+            return
+        modules = [m for m in self.layout.recompute_modules if m in ("layernorm", "moe_act")]
+        if modules:
+            raise InputError(
+                f"recompute_modules: Megatron-Core refuses {' and '.join(modules)} recomputation"
+                " under FP8's delayed scaling; take fp8_recipe='tensorwise' or 'blockwise'"
+            )
+        if any(self.bf16_layers):
+            raise InputError(
+                "bf16_layers: Megatron-Core refuses layers in BF16 under FP8's delayed scaling;"
+                " take fp8_recipe='tensorwise' or 'blockwise'"
+            )
 
     def _check_stack_runs(self) -> None:
         """What the layout asks of the stack (saved tensors, selective recomputation and its
