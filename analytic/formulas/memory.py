@@ -483,8 +483,7 @@ FREED = 2 * (1 - rho)
 QUANTIZED = (
     "ρ_q: bytes of an element saved quantized, its scales included, per byte of its 16-bit form"
     " (the recipe's operand bytes over 2: 1/2 for per-tensor FP8, 33/64 for blockwise FP8 and"
-    " MXFP8,"
-    " 9/32 for NVFP4)"
+    " MXFP8, 9/32 for NVFP4)"
 )
 LEGACY = (
     "derived: derivations/activations.py; NVIDIA/Megatron-LM megatron/model/transformer.py (2023,"
@@ -505,6 +504,7 @@ _mla_seq = 4 * h + 4 * r_q + 2 * (r_kv + d_r) + 2 * r_kv
 _mla_head = 4 * a * (d_h + d_r) + 4 * a * d_h + 4 * a
 _moe_inner = 6 * (k + E_s) * h_e
 H_m, P_m, N_m, G_m, w_e = S("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "expert_width")
+# z, x, B, C, dt; the scan's output; the group norm's input and output (Megatron-Core)
 _mamba_inner = 2 * (2 * H_m * P_m + 2 * G_m * N_m + H_m) + 2 * H_m * P_m + 4 * H_m * P_m
 MAMBA_SAVED = (
     "state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py,"

@@ -215,11 +215,15 @@ def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
     # each kind's inputs saved quantized, by Megatron-Core's rules; a Mamba-2 layer's input
     # projection fuses its norm, as the QKV projection does, and its output projection saves the
     # group norm's output
-    mamba = [_freed(inp, f"norm_output{sp}", kw), _freed(inp, "mamba2_out_proj_input", kw)]
     quantized = {
         "*": _quantized_attention(inp, sp, kw),
         "-": _quantized_mlp(inp, sp, kw, False),
-        "M": (mamba if m.mamba_blocks else [], []),
+        "M": (
+            [_freed(inp, f"norm_output{sp}", kw), _freed(inp, "mamba2_out_proj_input", kw)]
+            if m.mamba_blocks
+            else [],
+            [],
+        ),
         "E": _quantized_mlp(inp, sp, kw, True) if m.is_moe else ([], []),
     }
     freed, copies = [], []
@@ -311,24 +315,22 @@ def _fp8_cached(inp: Inputs, sp: str, kw: dict, moe: bool) -> list:
             "fp8_activations: caching in FP8 (DeepSeek-V3 §3.3.2) is counted for SwiGLU MLPs, not"
             f" {m.mlp!r}"
         )
-    kw = kw | _quantized(inp)
     # experts' widths as multiples of one's (the busiest rank's copies of a token need not be whole)
     width, copies = (m.ffn_hidden, 1)
     if moe:
         width, copies = m.expert_ffn_hidden, inp.busiest_topk + m.shared_experts
     products = m.shared_experts if moe and "moe_act" in modules else copies
-    fp8 = "memory.activations.fp8_freed"
     cached = []
     if moe or "mlp" not in modules:  # a recomputed dense MLP saves nothing of its SwiGLU
-        cached.append(inp.f(f"{fp8}.swiglu_inputs", ffn_hidden=width, **kw) * copies)
+        cached.append(_freed(inp, "swiglu_inputs", kw, ffn_hidden=width) * copies)
     if products and cached:  # moe_act without shared experts leaves no product saved
-        cached.append(inp.f(f"{fp8}.swiglu_products", ffn_hidden=width, **kw) * products)
+        cached.append(_freed(inp, "swiglu_products", kw, ffn_hidden=width) * products)
     if "layernorm" not in modules:
-        cached.append(inp.f(f"{fp8}.norm_outputs{sp}", **kw))
+        cached.append(_freed(inp, f"norm_outputs{sp}", kw))
     if m.attention == "mla" and "mla_up_proj" not in modules:
-        cached.append(inp.f(f"{fp8}.mla_latents{sp}", **kw))
+        cached.append(_freed(inp, f"mla_latents{sp}", kw))
     if moe:
-        cached.append(inp.f(f"{fp8}.expert_inputs", **kw, topk=inp.busiest_topk))
+        cached.append(_freed(inp, "expert_inputs", kw, topk=inp.busiest_topk))
     return cached
 
 
