@@ -223,7 +223,8 @@ def test_megatron_core_refuses_what_delayed_scaling_cannot_save(capsys):
 def test_the_story_says_how_the_linears_inputs_are_saved(capsys):
     """`analytic step`'s activations line says the linears' inputs are saved quantized where the
     plan counts them so (its sources say which): in MXFP8 on Megatron-Core, not in BF16 and not on
-    TorchTitan, whose Float8Linear saves its input as given."""
+    TorchTitan, whose MXFP8 linear saves its 16-bit input and weight (pytorch/ao
+    torchao/prototype/moe_training/mxfp8_linear.py: save_for_backward(input_hp, weight_hp))."""
     from analytic.cli.main import main
 
     args = ["step", "--model", "llama3-8b", "--hardware", "b200", "--dp", "8", "--zero", "1",
