@@ -280,9 +280,11 @@ class Inputs:
             need = f"a Transformer Engine stack, not {self.stack}"
         elif self.layout.offload_optimizer:
             need = "the optimizer on the device (no offload_optimizer)"
-        refusal = quantized_zero_refusal(self.layout.zero)
         if need is not None:
-            refusal = f"quantized_params: Megatron-Core's quantized primary weights need {need}"
+            raise InputError(
+                f"quantized_params: Megatron-Core's quantized primary weights need {need}"
+            )
+        refusal = quantized_zero_refusal(self.layout.zero)
         if refusal:
             raise InputError(refusal)
 

@@ -301,7 +301,7 @@ def _summed(parts: list) -> Formula:
     return sum(parts[1:], parts[0])
 
 
-def _quantized(inp: Inputs) -> dict:
+def _ratio(inp: Inputs) -> dict:
     """The value of ρ_q: bytes of an element saved quantized per byte of its 16-bit form."""
     return {"quantized_ratio": inp.recipe["operand_bytes"] / 2}
 
@@ -335,11 +335,11 @@ def _fp8_cached(inp: Inputs, sp: str, kw: dict, moe: bool) -> list:
 
 
 def _freed(inp: Inputs, name: str, kw: dict, **more) -> Formula:
-    return inp.f(f"memory.activations.fp8_freed.{name}", **kw, **_quantized(inp), **more)
+    return inp.f(f"memory.activations.fp8_freed.{name}", **kw, **_ratio(inp), **more)
 
 
 def _norm_copy(inp: Inputs, sp: str, kw: dict) -> Formula:
-    return inp.f(f"memory.activations.quantized_copy.norm_output{sp}", **kw, **_quantized(inp))
+    return inp.f(f"memory.activations.quantized_copy.norm_output{sp}", **kw, **_ratio(inp))
 
 
 def _quantized_attention(inp: Inputs, sp: str, kw: dict) -> tuple[list, list]:
@@ -359,7 +359,7 @@ def _quantized_attention(inp: Inputs, sp: str, kw: dict) -> tuple[list, list]:
         freed.append(_freed(inp, f"mla_latents{sp}", kw))
     if inp.fp8_recipe == "delayed":
         copies.append(
-            inp.f("memory.activations.quantized_copy.attention_output", **kw, **_quantized(inp))
+            inp.f("memory.activations.quantized_copy.attention_output", **kw, **_ratio(inp))
         )
     return freed, copies
 

@@ -730,10 +730,10 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     """``counted`` with the Layout fields ``options`` every layout takes, and the choices they
     leave: recompute modules under selective recomputation; quantized parameters at the
     distributed optimizer's ZeRO stages (:func:`~analytic.plan.layout.quantized_zero_refusal`); an
-    optimizer offload at
-    the ZeRO stages the stack's kind runs it (:func:`~analytic.plan.layout.check_offload`); uneven
-    end stages or a pipeline layout with ``pp`` pinned, a layout's chunks pp × vpp on the
-    1F1B-family schedules (interleaved where vpp > 1)."""
+    optimizer offload at the ZeRO stages the stack's kind runs it
+    (:func:`~analytic.plan.layout.check_offload`); uneven end stages or a pipeline layout with
+    ``pp`` pinned, a layout's chunks pp × vpp on the 1F1B-family schedules (interleaved where vpp
+    > 1)."""
     unknown = sorted(set(options) - set(LAYOUT_OPTIONS[2:]))
     if unknown:
         raise InputError(
