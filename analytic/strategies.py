@@ -27,6 +27,7 @@ from .plan import (
     Layout,
     Plan,
     divisors,
+    hybrid_pipeline_refusal,
     selective_refusal,
     sequence_unit,
     tiles,
@@ -103,7 +104,11 @@ def _layouts(draw, gpus, model, max_tp, schedules, scale_up_domain):
     ]
     tp = draw(st.sampled_from(tps))
     rest = gpus // tp
-    pps = [d for d in divisors(rest) if model is None or d <= model.layers]
+    pps = [
+        d
+        for d in divisors(rest)
+        if model is None or (d <= model.layers and not hybrid_pipeline_refusal(model, d, 1))
+    ]
     pp = draw(st.sampled_from(pps))
     dp = rest // pp
     eps = [
@@ -119,7 +124,12 @@ def _layouts(draw, gpus, model, max_tp, schedules, scale_up_domain):
     vpp = 1
     # whole layers a model chunk, as Megatron's stacks (the default) split them
     if schedule == "interleaved":
-        vpps = [v for v in range(2, 5) if model is None or model.layers % (pp * v) == 0]
+        vpps = [
+            v
+            for v in range(2, 5)
+            if model is None
+            or (model.layers % (pp * v) == 0 and not hybrid_pipeline_refusal(model, pp, v))
+        ]
         if vpps:
             vpp = draw(st.sampled_from(vpps))
         else:

@@ -407,9 +407,11 @@ class Plan:
         # the ends first on ties
         times = {k: self.value(f"time.stage.{k}") for k in ("last", "first", "middle")}
         name = max(times, key=lambda k: times[k].to("s").magnitude)
+        from .timing import middle_stage
+
         pp, parts = int(self.layout.pp), self.time_breakdown(ops=True)
         return {
-            "stage": {"first": 0, "middle": min(1, pp - 1), "last": pp - 1}[name],
+            "stage": {"first": 0, "middle": middle_stage(self._in), "last": pp - 1}[name],
             "compute": times[name],
             "average": parts["gemm"] + parts["attention"] + parts["memory_bound"],
             "imbalance": parts["imbalance"],
@@ -440,9 +442,10 @@ class Plan:
         sum to the total."""
         if stage is None:
             parts = {k: self.value(f"memory.{k}") for k in (*MEMORY_PARTS, "total", "host")}
-            # the fullest is the first, the second or the last (memory.worst says why)
-            p = self._numeric_pp()
-            fullest = sorted({0, min(1, p - 1), p - 1})
+            from . import memory
+
+            self._numeric_pp()
+            fullest = sorted({int(k) for k in memory.fullest_candidates(self._in)})
             worst = fullest[0] if len(fullest) == 1 else max(fullest, key=self._stage_total)
         else:
             worst = count("stage", stage, minimum=0, allow_symbol=False)

@@ -489,8 +489,12 @@ def check_layout(
             "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)"
         )
     _check_split(lay, m)
-    if hybrid_refusal(m, lay.tp, lay.cp):
-        raise LayoutError(hybrid_refusal(m, lay.tp, lay.cp))
+    for why in (
+        hybrid_refusal(m, lay.tp, lay.cp),
+        hybrid_pipeline_refusal(m, lay.pp, lay.vpp, lay.uneven, lay.ends_as_layers),
+    ):
+        if why:
+            raise LayoutError(why)
     if _numbers(lay.dp, global_batch, microbatch_size) and global_batch % (
         lay.dp * microbatch_size
     ):
@@ -681,6 +685,34 @@ def hybrid_refusal(m, tp, cp) -> str | None:
             return f"tp: {tp} does not divide the {getattr(m, k)} Mamba-2 {k[4:]}"
     if is_number(cp) and cp != 1:
         return f"cp: context parallelism over Mamba-2 layers is not modelled (cp {cp}); use cp=1"
+    return None
+
+
+def hybrid_pipeline_refusal(
+    m, pp, vpp, uneven: bool = False, ends_as_layers: bool = False
+) -> str | None:
+    """Why a hybrid model's layers do not split over ``pp`` stages of ``vpp`` chunks, or None:
+    Megatron-Core splits a pattern without its '|' stage marks evenly, or by the first and last
+    stages' given counts, into one chunk a stage (select_pipeline_segment). One rule for Plan and
+    search; what is still a symbol is not checked."""
+    if not m.is_hybrid:
+        return None
+    if is_number(vpp) and vpp != 1:
+        return (
+            f"vpp: a hybrid pattern splits into one chunk a stage (vpp {vpp}); Megatron-Core"
+            " interleaves only a pattern with '|' stage marks, which are not modelled"
+        )
+    if ends_as_layers:
+        return (
+            "ends_as_layers: a hybrid pattern's stages hold layers only (Megatron-Core's"
+            " select_pipeline_segment); give first_stage_layers/last_stage_layers"
+        )
+    if not uneven and is_number(pp) and len(m.layer_pattern) % pp:
+        return (
+            f"pp: {pp} does not divide the {len(m.layer_pattern)} layers of the hybrid pattern"
+            " (Megatron-Core splits it evenly unless first_stage_layers/last_stage_layers say"
+            " otherwise)"
+        )
     return None
 
 

@@ -12,8 +12,10 @@ from ..core.terms import ratio
 from ..core.units import Quantity
 from ..core.values import is_number
 from ..formulas import formula
+from . import stage_split
 from .inputs import Inputs
 from .placement import optimizer_shard, replica_groups
+from .stage_split import stage_layers
 
 
 def optimizer_state(inp: Inputs, local, ends) -> Formula:
@@ -31,6 +33,11 @@ def optimizer_state(inp: Inputs, local, ends) -> Formula:
         params=matrices, moment_bytes=inp.moment_bytes
     )
     return muon if ends is None else muon + adam.subs(params=ends)
+
+
+def _none(count) -> bool:
+    """Whether ``count`` is the number 0 (a term over the stages is not)."""
+    return is_number(count) and count == 0
 
 
 def _zero(name: str) -> Formula:
@@ -126,11 +133,12 @@ def _reduce_bucket(inp: Inputs, from_zero: int) -> Formula:
     )
 
 
-def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
+def layer_activations(inp: Inputs, moe: bool = False, kinds=None) -> Formula:
     """Bytes one layer (an MoE layer if ``moe``) keeps for its backward. Flash attention: the
     Llama-style count, or an attention half plus an MLP half for MLA and MoE models, less what the
-    layout's recompute modules free; TorchTitan's op-level selective policy where the stack's.
-    Without it, Korthikanti's GPT layer, selective recomputation included."""
+    layout's recompute modules free; TorchTitan's op-level selective policy where the stack's; a
+    hybrid model's mean layer of ``kinds`` (a stage's layers; None: the pattern's). Without it,
+    Korthikanti's GPT layer, selective recomputation included."""
     lay, m = inp.deg, inp.model
     kw = {"seq_len": inp.seq_len / lay.cp}
     if m.kv_heads != m.heads and not inp.flash_attention:
@@ -154,7 +162,7 @@ def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
             (inp.f(f"memory.activations.layer_tp{sp}", **kw), True),
         )
     if m.is_hybrid:
-        return _hybrid_layer(inp, sp, kw)
+        return _hybrid_layer(inp, sp, kw, kinds)
     if m.attention == "mla" or m.is_moe:
         return _halves(inp, moe, sp, kw)
     layer = _stack_extras(
@@ -189,27 +197,30 @@ def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
     return _less_freed(inp, _stack_extras(inp, layer, sp, kw), sp, kw, moe)
 
 
-def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
-    """A hybrid model's mean layer: each kind's activations (Mamba-2, attention, MLP, MoE) weighted
-    by its share of the pattern (a stage's layers hold the pattern's mix; the stack's extras and
-    recompute modules are counted for transformer blocks only and not here), and what each kind's
-    linears save quantized (:func:`_quantized_attention`)."""
+def _hybrid_layer(inp: Inputs, sp: str, kw: dict, kinds=None) -> Formula:
+    """A hybrid model's mean layer of ``kinds`` (pattern character → layers; None: the whole
+    pattern's): each kind's activations (Mamba-2, attention, MLP, MoE) weighted by its share of the
+    layers (the stack's extras and recompute modules are counted for transformer blocks only and
+    not here), and what each kind's linears save quantized (:func:`_quantized_attention`)."""
     m = inp.model
+    if kinds is None:
+        kinds = {c: m.layer_pattern.count(c) for c in stage_split.KINDS}
+    layers = sum(kinds.values())
     if inp.layout.fp8_activations or inp.layout.recompute_modules:
         raise InputError(
             "recompute_modules: selective modules and FP8 activation caching are modelled for "
             "transformer blocks, not a hybrid model's layers"
         )
-    kinds = {
+    kind_layers = {
         "*": inp.f(f"memory.activations.attention_gqa{sp}", **kw),
         "-": _mlp_half(inp, False, sp, kw),
     }
     if m.mamba_blocks:
-        kinds["M"] = inp.f(f"memory.activations.mamba2{sp}", **kw)
+        kind_layers["M"] = inp.f(f"memory.activations.mamba2{sp}", **kw)
     if m.is_moe:
-        kinds["E"] = _mlp_half(inp, True, sp, kw)
-    parts = [f * m.layer_pattern.count(c) for c, f in kinds.items() if m.layer_pattern.count(c)]
-    layer = sum(parts[1:], parts[0]) / m.layers
+        kind_layers["E"] = _mlp_half(inp, True, sp, kw)
+    parts = [f * kinds[c] for c, f in kind_layers.items() if not _none(kinds[c])]
+    layer = sum(parts[1:], parts[0]) / layers
     if not (inp.low_precision and inp.quantized_saved_inputs):
         return layer
     # each kind's inputs saved quantized, by Megatron-Core's rules; a Mamba-2 layer's input
@@ -228,9 +239,9 @@ def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
     }
     freed, copies = [], []
     for c, (kind_freed, kind_copies) in quantized.items():
-        share = ratio(m.layer_pattern.count(c), m.layers)
-        freed += [f * share for f in kind_freed] if share else []
-        copies += [f * share for f in kind_copies] if share else []
+        share = ratio(kinds[c], layers)
+        freed += [f * share for f in kind_freed] if not _none(share) else []
+        copies += [f * share for f in kind_copies] if not _none(share) else []
     return _with_quantized(inp, layer, freed, copies)
 
 
@@ -385,23 +396,6 @@ def _quantized_mlp(inp: Inputs, sp: str, kw: dict, moe: bool) -> tuple[list, lis
     return freed, [_norm_copy(inp, sp, kw)] if norms and m.shared_experts else []
 
 
-def stage_layers(inp: Inputs) -> tuple:
-    """(first, middle, last) stages' layer counts: the layout's uneven split (with the ends counted
-    as layers, (L + 2)/p a stage, the two ends a layer fewer), or ⌈L/p⌉ each (where p does not
-    divide L some stage holds that many, and the stages are counted as the fullest)."""
-    lay, layers = inp.deg, inp.model.layers
-    if inp.layout.ends_as_layers:
-        per = ratio(layers + 2, lay.pp)
-        return per - 1, per, per - 1
-    first, last = inp.layout.first_stage_layers, inp.layout.last_stage_layers
-    given = [x for x in (first, last) if x is not None]
-    rest = lay.pp - len(given)
-    if is_number(rest) and rest == 0:  # two stages, both given: no middle one
-        return first, 0, last
-    middle = ceiling(ratio(layers - sum(given), rest))
-    return (middle if first is None else first, middle, middle if last is None else last)
-
-
 def stage_params(inp: Inputs, k) -> dict:
     """Parameters per GPU of stage ``k`` (a number or expression): its layers, with the embedding on
     the first stage and the output layer, final norm and MTP modules on the last
@@ -412,9 +406,11 @@ def stage_params(inp: Inputs, k) -> dict:
     is_first, is_last = Eq(k, 0), Eq(k, lay.pp - 1)
     layers = Piecewise((first_n, is_first), (last_n, is_last), (middle, True))
     start = Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
-    rest, experts = m.stage_params_formulas(start, layers, is_first, is_last)
+    own = stage_split.stage_kinds(inp, k, mtp=False) if stage_split.placed(inp) else None
+    rest, experts = m.stage_params_formulas(start, layers, is_first, is_last, own)
     dense_local, expert_local = rest / lay.tp, experts / (lay.etp * lay.ep)
     return {
+        "kinds": stage_split.stage_kinds(inp, k) if own is not None else None,
         "dense_local": dense_local,
         "expert_local": expert_local,
         "per_gpu": dense_local + expert_local,
@@ -443,6 +439,10 @@ def rank_params(inp: Inputs, k) -> dict:
         )
         out[key] = cases(key, "parameter", (both, dual), (own[key], True))
     out["blocks"] = Piecewise((own["blocks"] + other["blocks"], dual), (own["blocks"], True))
+    if own["kinds"] is not None:
+        out["kinds"] = {
+            c: Piecewise((n + other["kinds"][c], dual), (n, True)) for c, n in own["kinds"].items()
+        }
     out["chunk_blocks"] = Piecewise(
         (ratio(own["blocks"] + other["blocks"], 2), dual), (own["blocks"], True)
     )
@@ -450,15 +450,16 @@ def rank_params(inp: Inputs, k) -> dict:
     return out
 
 
-def activation_parts(inp: Inputs) -> dict:
+def activation_parts(inp: Inputs, kinds=None) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
     full recomputation), working (what a layer's backward holds beyond the kept ones: the larger of
     its SwiGLU's gradients and the stack's context-parallel attention buffers, and under full
     recomputation the recomputed layer's activations), logits (one microbatch's), loss (the loss's
     working set at its peak, the logits included), head (the final norm's and the output layer's
-    saved inputs, held through the loss) and input (a layer's input)."""
+    saved inputs, held through the loss) and input (a layer's input); a hybrid model's layer is
+    the mean of ``kinds`` (a stage's layers, :func:`.stage_split.stage_kinds`)."""
     lay, m = inp.deg, inp.model
-    layer = layer_activations(inp)
+    layer = layer_activations(inp, kinds=kinds)
     if m.is_moe and not m.is_hybrid:  # the larger of a dense and an MoE layer
         moe_layer = layer_activations(inp, moe=True)
         layer = (
@@ -594,6 +595,8 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
     allocates), and the host memory its offloaded activations and optimizer take (not in the
     total)."""
     params = rank_params(inp, k)
+    if params["kinds"] is not None:  # a hybrid stage's own layers
+        parts = activation_parts(inp, params["kinds"])
     out = model_states(inp, params)
     out["activations"], host = stage_activations(inp, k, parts, params)
     if inp.layout.offload_optimizer:
@@ -708,15 +711,23 @@ def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
     )
 
 
+def fullest_candidates(inp: Inputs) -> tuple:
+    """The stages one of which holds the most memory (:func:`worst` says why)."""
+    p = inp.deg.pp
+    if stage_split.placed(inp):
+        return tuple(range(int(p)))
+    return (0, Min(1, p - 1, decide=True), p - 1)
+
+
 def worst(inp: Inputs, parts: dict, stage_of=None) -> dict:
     """The parts of the stage with the most memory per GPU: the first, the second (which holds one
     microbatch fewer than the first, without the embedding) or the last. Later middle stages hold
-    fewer microbatches' activations and the same states, so one of these three is the worst. Its
-    ``host`` is the most host memory any stage's offloaded activations and optimizer take.
-    ``stage_of(k)``: stage ``k``'s parts (default :func:`stage`; a plan's, kept per stage)."""
-    p = inp.deg.pp
+    fewer microbatches' activations and the same states, so one of these three is the worst; a
+    hybrid model's stages hold layers of their own, and each counts. Its ``host`` is the most host
+    memory any stage's offloaded activations and optimizer take. ``stage_of(k)``: stage ``k``'s
+    parts (default :func:`stage`; a plan's, kept per stage)."""
     stage_of = stage_of or (lambda k: stage(inp, k, parts))
-    stages = [stage_of(k) for k in (0, Min(1, p - 1, decide=True), p - 1)]
+    stages = [stage_of(k) for k in fullest_candidates(inp)]
     keys = [s["total"].term for s in stages]
 
     def pick(name):

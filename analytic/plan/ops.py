@@ -21,9 +21,11 @@ from .placement import optimizer_shard
 
 
 class _Ops:
-    """The inputs the op times share, worked out once."""
+    """The inputs the op times share, worked out once: of the average stage, or of a hybrid
+    model's stage holding ``kinds`` (pattern character → its layers there;
+    :func:`~.stage_split.stage_kinds`) without the output layer and loss."""
 
-    def __init__(self, inp: Inputs):
+    def __init__(self, inp: Inputs, kinds: dict | None = None):
         self.inp, lay, m = inp, inp.deg, inp.model
         inp.need("hbm_bandwidth")  # every op class moves bytes
         # M: a microbatch's tokens on one CP rank
@@ -52,6 +54,10 @@ class _Ops:
         )
         self.dense, self.moe = ratio(m.dense_blocks, lay.pp), ratio(m.moe_blocks, lay.pp)
         self.branches = ratio(m.sublayers, 2 * lay.pp)
+        self.ends_share = ratio(1, lay.pp)  # the output layer and loss spread over the stages
+        if kinds is not None:
+            self.attention, self.mamba, self.dense, self.moe = (kinds[c] for c in "*M-E")
+            self.branches, self.ends_share = ratio(sum(kinds.values()), 2), 0
         self.share, self.share_formula, sms = 1, None, inp.values.get("sms")
         if lay.comm_sms != 0:  # SMs reserved for communication compute nothing
             self.share_formula = inp.f("compute.sm_share")
@@ -211,7 +217,7 @@ def gemm_time(o: _Ops) -> Formula:
     if o.op != 0:  # the op-level policy runs wk, wo and w3 forward again
         again = [(m.kv_heads * d_h / t, h), (h, a * d_h / t), (m.ffn_hidden / t, h)]
         dense = dense + _sum([o.gemm(1, M, n, k, fp8, backward=False) for n, k in again]) * o.op
-    total = attention * o.attention + o.head * ratio(1, lay.pp)
+    total = attention * o.attention + o.head * o.ends_share
     if m.dense_blocks:
         total = total + dense * o.dense
     if m.is_moe:
@@ -331,7 +337,7 @@ def memory_bound_time(o: _Ops) -> Formula:
             + f(f"compute.memory_bound.mlp_backward.{m.mlp_formulas}", ffn_hidden=width)
         ) * (M / t)
 
-    total = elements * o.branches + o.loss_elements * ratio(1, lay.pp)
+    total = elements * o.branches + o.loss_elements * o.ends_share
     if m.dense_blocks:
         total = total + activation(m.ffn_hidden, 1 + o.mlp_again + o.op) * o.dense
     if m.is_moe:
@@ -481,6 +487,14 @@ def as_run(inp: Inputs, ideal: Formula) -> Formula:
     """``ideal`` (kernels at the device's ceilings) as the stack runs it, at its efficiency."""
     t = inp.f("compute.stack_time", ideal_time=ideal.term)
     return composed(ideal.name, t.term, "s", t, ideal)
+
+
+def stage_compute(inp: Inputs, kinds: dict) -> Formula:
+    """Seconds per step of the GEMMs, sequence mixers and memory-bound kernels of a hybrid model's
+    stage holding ``kinds`` (:func:`~.stage_split.stage_kinds`), as the stack runs them; the
+    output layer and loss not counted."""
+    o = _Ops(inp, kinds)
+    return _sum([as_run(inp, f(o)) for f in (gemm_time, attention_time, memory_bound_time)])
 
 
 def op_times(inp: Inputs, params: dict) -> dict:

@@ -79,8 +79,9 @@ def _open_or_number(value, keyword) -> bool:
 def structure(inp: Inputs) -> str | None:
     """The structure of a plan as text (equal for plans whose expressions differ only in numbers),
     or None where a plan has no template: free symbols other than a template's own (a degree, a
-    choice or the microbatch size left open as its symbol), uneven stages, N recomputed layers,
-    recompute modules, offloaded activations or optimizer, or activations cached in FP8."""
+    choice or the microbatch size left open as its symbol; a hybrid model's pp is a number), uneven
+    stages, N recomputed layers, recompute modules, offloaded activations or optimizer, or
+    activations cached in FP8."""
     m, lay = inp.model, inp.layout
     open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [
         (inp.microbatch_size, "microbatch_size")
@@ -99,6 +100,7 @@ def structure(inp: Inputs) -> str | None:
         or lay.recompute_modules
         or lay.fp8_activations
         or lay.quantized_params
+        or (m.is_hybrid and not is_number(lay.pp))
         or not _model_numeric(m)
         or not all(_open_or_number(v, k) for v, k in open_ok)
         or not all(is_number(v) for v in fixed)
@@ -114,6 +116,8 @@ def structure(inp: Inputs) -> str | None:
         f"comm_sms>0={lay.comm_sms != 0}",
         f"zero3_gather={lay.zero3_gather}",
         f"moe_ep={m.is_moe}",
+        # a hybrid model's stages hold the pattern's layers they are given (hybrid_stages)
+        f"pp={lay.pp if m.is_hybrid else 'open'}",
     ]
     parts += [
         f"dtype={inp.dtype}",

@@ -44,6 +44,8 @@ def template(plan):
     m, lay = inp.model, inp.layout
     model = m.replace(**{k: _free(getattr(m, k), k) for k in MODEL_COUNTS}, name=None)
     degrees = {k: input_(k) for k in (*_DEGREES, *_CHOICES) if not (k == "ep" and not m.is_moe)}
+    if m.is_hybrid:  # the stages hold the pattern's layers their number gives them
+        degrees["pp"] = lay.pp
     layout = Layout(**degrees, sequence_parallel=lay.sequence_parallel, async_tp=lay.async_tp,
                     etp=None if lay.etp is None else input_("etp"),
                     comm_sms=_free(lay.comm_sms, "comm_sms"), zero3_gather=lay.zero3_gather,

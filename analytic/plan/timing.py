@@ -8,8 +8,10 @@ from ..core.choices import TIME_PARTS as PARTS
 from ..core.composition import cases, composed
 from ..core.formula import Formula
 from ..formulas import formula
+from . import stage_split
 from .inputs import Inputs
 from .schedules import BUBBLE_FORMULAS, at_least_critical_path
+from .stage_split import stage_layers
 
 
 def bubble_time(inp: Inputs, compute: Formula) -> Formula:
@@ -43,10 +45,11 @@ STAGES = ("first", "middle", "last")
 
 def stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
     """The first, a middle (the fullest) and the last stage's compute for the step: its layers (the
-    layout's split, :func:`~analytic.plan.memory.stage_layers`) at the average block's time, the
-    last stage's with the MTP blocks and the output layer and loss (``ends``, the whole model's)."""
-    from .memory import stage_layers
-
+    layout's split, :func:`~.stage_split.stage_layers`) at the average block's time, the
+    last stage's with the MTP blocks and the output layer and loss (``ends``, the whole model's).
+    A hybrid model's stages: their own layers' ops (:func:`_hybrid_stage_times`)."""
+    if stage_split.placed(inp):
+        return _hybrid_stage_times(inp, compute, ends)
     lay, blocks, mtp = inp.deg, inp.model.blocks, inp.model.mtp_layers
     first, middle, last = stage_layers(inp)
     per_block = (compute.term - ends.term / lay.pp) * lay.pp / blocks
@@ -54,6 +57,34 @@ def stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
     return {
         name: composed(f"stage.{name}", e, "s", compute, ends) for name, e in zip(STAGES, exprs)
     }
+
+
+def _hybrid_stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
+    """The first, the slowest middle and the last stage of a hybrid model: the ops of the layers
+    each holds (:func:`~.ops.stage_compute`), the last stage's with the output layer and loss."""
+    from .ops import stage_compute
+
+    own = [stage_compute(inp, kinds) for kinds in stage_split.table(inp)]
+    middle = own[1:-1] or [own[min(1, len(own) - 1)]]
+    slowest = composed("stage.middle", Max(*(t.term for t in middle)), "s", *middle)
+    return {
+        name: composed(f"stage.{name}", t.term, "s", t, compute)
+        for name, t in zip(STAGES, (own[0], slowest, own[-1] + ends))
+    }
+
+
+def middle_stage(inp: Inputs) -> int:
+    """The index of the middle stage :func:`stage_times` counts, for a numeric pipeline: the second,
+    or a hybrid model's slowest middle stage."""
+    pp = int(inp.deg.pp)
+    if not stage_split.placed(inp) or pp < 4:
+        return min(1, pp - 1)
+    from .ops import stage_compute
+
+    rows = stage_split.table(inp)
+    return max(
+        range(1, pp - 1), key=lambda k: stage_compute(inp, rows[k]).value().to("s").magnitude
+    )
 
 
 def imbalance_time(inp: Inputs, compute: Formula, stages: dict) -> Formula:

@@ -584,19 +584,24 @@ class Model:
             routed + self._part("model.params.routed_experts_bias") if self.expert_bias else routed
         )
 
-    def stage_params_formulas(self, start, layers, first, last) -> tuple[Formula, Formula]:
+    def stage_params_formulas(
+        self, start, layers, first, last, kinds=None
+    ) -> tuple[Formula, Formula]:
         """(parameters outside the routed experts, routed-expert parameters) of a pipeline stage
-        holding ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense);
-        ``first`` and ``last`` (booleans or sympy conditions) add the embedding and learned
-        positions, and the final norm, the output layer and the MTP modules. A tied embedding is
-        kept again on the last stage of a pipeline to compute the logits (Megatron-LM's shared
-        embedding)."""
+        holding ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense); a
+        hybrid model's ``kinds`` (pattern character → layers of it on the stage; None: the
+        pattern's mean layer on every stage). ``first`` and ``last`` (booleans or sympy
+        conditions) add the embedding and learned positions, and the final norm, the output layer
+        and the MTP modules. A tied embedding is kept again on the last stage of a pipeline to
+        compute the logits (Megatron-LM's shared embedding)."""
         from ..core.algebra import Max, Min, Piecewise
         from ..core.formula import Formula
 
         one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
         norm = self._part(f"model.params.norm.{self.norm}")
-        if self.is_hybrid:  # the pattern's mix of kinds on every stage: its mean layer
+        if self.is_hybrid and kinds is not None:
+            rest, experts = self._hybrid_stage(kinds)
+        elif self.is_hybrid:  # the pattern's mix of kinds on every stage: its mean layer
             rest, experts = (per_layer * layers for per_layer in self._hybrid_mean_layer())
         else:
             layer, mlp, moe = self._layer_parts(active=False)
@@ -618,18 +623,26 @@ class Model:
             experts = experts + mtp_routed * one(last)
         return rest, experts
 
-    def _hybrid_mean_layer(self) -> tuple[Formula, Formula]:
+    def _hybrid_stage(self, kinds: dict) -> tuple[Formula, Formula]:
         """(parameters outside the routed experts, routed-expert parameters) of a hybrid model's
-        mean layer."""
+        layers ``kinds`` (pattern character → how many)."""
         from ..core.formula import Formula
 
         rest, experts = Formula("0", 0, "parameter", ""), Formula("0", 0, "parameter", "")
-        for c, (f, n) in self._hybrid_kinds(active=False).items():
+        for c, (f, _) in self._hybrid_kinds(active=False).items():
+            n = kinds[c]
             if c == "E":
                 routed = self.routed_experts_formula()
                 rest, experts = rest + (f - routed) * n, experts + routed * n
             else:
                 rest = rest + f * n
+        return rest, experts
+
+    def _hybrid_mean_layer(self) -> tuple[Formula, Formula]:
+        """(parameters outside the routed experts, routed-expert parameters) of a hybrid model's
+        mean layer."""
+        counts = {c: n for c, (_, n) in self._hybrid_kinds(active=False).items()}
+        rest, experts = self._hybrid_stage(counts)
         return rest / self.layers, experts / self.layers
 
     def stage_ends_formula(self, first, last) -> Formula:

@@ -53,6 +53,7 @@ from ..plan import (
     divisors,
     ep_overlap_refusal,
     fp8_recipe_of,
+    hybrid_pipeline_refusal,
     hybrid_refusal,
     optimizer_refusal,
     quantized_zero_refusal,
@@ -353,7 +354,12 @@ def enumerate_layouts(
                 continue
             for pp in divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
-                if pp > model.layers or not free("pp", pp) or not free("dp", dp):
+                if (
+                    pp > model.layers
+                    or not free("pp", pp)
+                    or not free("dp", dp)
+                    or hybrid_pipeline_refusal(model, pp, 1)
+                ):
                     continue
                 eps = _expert_degrees(model, tp, cp, dp, etp, free)
                 rows += _rows(
@@ -397,7 +403,11 @@ def _rows(model: Model, degrees, eps, global_batch, microbatch_sizes, schedules,
                     vs = [1] if pp % 2 == 0 and m % 2 == 0 else []
                 else:
                     vs = [1]
-                rows += [(tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched)) for v in vs]
+                rows += [
+                    (tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched))
+                    for v in vs
+                    if not hybrid_pipeline_refusal(model, pp, v)
+                ]
     return rows
 
 
@@ -878,6 +888,20 @@ def _layouts(
     return arrays
 
 
+def _groups(arrays: dict, model) -> list:
+    """(sequence parallelism, pp or None, rows) of the layouts one program evaluates: those with
+    tp > 1 run sequence parallelism, those with tp = 1 none, as Plan has them; a hybrid model's
+    stages hold the layers their number gives them (plan.stage_split), so each pp has its own."""
+    groups = []
+    for sp, rows in ((True, arrays["tp"] > 1), (False, arrays["tp"] == 1)):
+        if not model.is_hybrid:
+            groups.append((sp, None, np.flatnonzero(rows)))
+            continue
+        for pp in np.unique(arrays["pp"][rows]):
+            groups.append((sp, int(pp), np.flatnonzero(rows & (arrays["pp"] == pp))))
+    return groups
+
+
 def _evaluated(
     arrays,
     progress,
@@ -903,15 +927,13 @@ def _evaluated(
         note = lambda: drawn.set_description_str(
             "search: compiling this configuration's expressions"
         )  # noqa: E731
-        for sp, rows in (
-            (True, np.flatnonzero(arrays["tp"] > 1)),
-            (False, np.flatnonzero(arrays["tp"] == 1)),
-        ):
+        for sp, pp, rows in _groups(arrays, model):
             if not len(rows):  # nothing to compile for when no layout of the kind is valid
                 continue
             fn, new = _compiled(
                 model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                zero3_gather, stack, note, sequence_parallel=sp, counted=counted,
+                zero3_gather, stack, note, sequence_parallel=sp,
+                counted=counted if pp is None else {**(counted or {}), "pp": pp},
             )
             drawn.set_description_str("search")
             built = built or new

@@ -1,0 +1,83 @@
+"""How a pipeline splits the model over its stages: each stage's layer count
+(:func:`stage_layers`), and which layers of a hybrid model's pattern each holds, as Megatron-Core
+places them (NVIDIA/Megatron-LM megatron/core/models/hybrid/hybrid_layer_allocation.py,
+select_pipeline_segment): stage k holds the pattern's characters from its first layer on, in order,
+and the last stage also the MTP modules' attention and FFN layers. A hybrid model's stages are
+placed where the pipeline degree is a number; with pp a symbol a stage holds the pattern's mean
+layer."""
+
+from __future__ import annotations
+
+from ..core.algebra import Eq, Piecewise, ceiling
+from ..core.terms import ratio
+from ..core.values import is_number
+from .inputs import Inputs
+
+#: the pattern's kinds of layer: attention, dense MLP, MoE, Mamba-2
+KINDS = ("*", "-", "E", "M")
+
+
+def stage_layers(inp: Inputs, layers=None) -> tuple:
+    """(first, middle, last) stages' layer counts of the model's ``layers`` (default: its count):
+    the layout's uneven split (with the ends counted as layers, (L + 2)/p a stage, the two ends a
+    layer fewer), or ⌈L/p⌉ each (where p does not divide L some stage holds that many, and the
+    stages are counted as the fullest)."""
+    lay = inp.deg
+    layers = inp.model.layers if layers is None else layers
+    if inp.layout.ends_as_layers:
+        per = ratio(layers + 2, lay.pp)
+        return per - 1, per, per - 1
+    first, last = inp.layout.first_stage_layers, inp.layout.last_stage_layers
+    given = [x for x in (first, last) if x is not None]
+    rest = lay.pp - len(given)
+    if is_number(rest) and rest == 0:  # two stages, both given: no middle one
+        return first, 0, last
+    middle = ceiling(ratio(layers - sum(given), rest))
+    return (middle if first is None else first, middle, middle if last is None else last)
+
+
+def placed(inp: Inputs) -> bool:
+    """Whether ``inp``'s stages hold their own layers: a hybrid model on a numeric pipeline."""
+    return inp.model.is_hybrid and is_number(inp.deg.pp)
+
+
+def stage_counts(inp: Inputs) -> list[int]:
+    """A hybrid model's layers on each stage, first to last (:func:`stage_layers` over the
+    pattern)."""
+    pp = int(inp.deg.pp)
+    first, middle, last = (int(n) for n in stage_layers(inp, len(inp.model.layer_pattern)))
+    return [first] if pp == 1 else [first, *[middle] * (pp - 2), last]
+
+
+def table(inp: Inputs, mtp: bool = True) -> list[dict]:
+    """kind → layers of it, for each stage first to last; the MTP modules' on the last where
+    ``mtp``."""
+    m, counts = inp.model, stage_counts(inp)
+    rows = []
+    for j in range(len(counts)):
+        held = m.layer_pattern[sum(counts[:j]) : sum(counts[: j + 1])]
+        kinds = {c: held.count(c) for c in KINDS}
+        if mtp and j == len(counts) - 1 and m.mtp_modules:
+            kinds["*"] += m.mtp_modules
+            kinds["E" if m.is_moe else "-"] += m.mtp_modules
+        rows.append(kinds)
+    return rows
+
+
+def stage_kinds(inp: Inputs, k, mtp: bool = True) -> dict:
+    """kind → layers of it on stage ``k`` (a number, or a term over the stages), the MTP modules'
+    on the last where ``mtp``."""
+    rows = table(inp, mtp)
+    if is_number(k):
+        return rows[int(k)]
+    return {c: _over_stages(k, [row[c] for row in rows]) for c in KINDS}
+
+
+def _over_stages(k, values: list):
+    """The value of stage ``k`` (a term) of ``values``, one a stage: a number where all agree."""
+    if len(set(values)) == 1:
+        return values[0]
+    return Piecewise(*((v, Eq(k, j)) for j, v in enumerate(values[:-1])), (values[-1], True))
+
+
+__all__ = ["KINDS", "placed", "stage_counts", "stage_kinds", "stage_layers", "table"]
