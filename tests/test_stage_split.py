@@ -62,15 +62,29 @@ def test_a_stage_depends_on_its_own_layers_only():
     assert a.value("time.stage.first") != b.value("time.stage.first")
 
 
-def test_a_middle_stage_can_be_the_fullest():
-    """Experts gathered on the third of four stages: it holds the most memory and sets the pace."""
-    moe = an.Model(layers=16, layer_pattern="M*M*M*M*EEEEM*M*", experts=32, topk=2,
+@pytest.mark.parametrize(
+    "pattern, pp, stage",
+    [
+        ("M*M*M*M*EEEEM*M*", 4, 2),
+        ("M*M*EEEEM*M*M*M*", 4, 1),
+        ("M*M*EEEEM*M*", 3, 1),
+        ("M*M*EEEE", 2, 1),
+    ],
+)
+def test_a_middle_stage_can_be_the_fullest(pattern, pp, stage):
+    """Experts gathered on one stage: it holds the most memory and sets the pace, its own layers'
+    compute the slowest stage's."""
+    moe = an.Model(layers=len(pattern), layer_pattern=pattern, experts=32, topk=2,
                    expert_ffn_hidden=512, **SMALL)
-    plan = an.Plan(moe, "h100-sxm", an.Layout(pp=4, dp=2, ep=2), seq_len=1024, global_batch=32)
+    plan = an.Plan(moe, "h100-sxm", an.Layout(pp=pp, dp=2, ep=2), seq_len=1024, global_batch=32)
     totals = [s.total for s in plan.memory_by_stage()]
-    assert plan.memory().stage == 2 == totals.index(max(totals))
+    assert plan.memory().stage == stage == totals.index(max(totals))
     assert plan.memory().total == max(totals)
-    assert plan.slowest_stage()["stage"] == 2
+    slowest = plan.slowest_stage()
+    assert slowest["stage"] == stage
+    own = ops.stage_compute(plan._in, stage_split.table(plan._in)[stage]).value()
+    if stage < pp - 1:  # the last stage's compute also holds the output layer and loss
+        assert slowest["compute"].to("s").magnitude == own.to("s").magnitude
 
 
 def test_the_stages_compute_adds_up_to_the_pipelines():
@@ -128,6 +142,16 @@ def test_an_uneven_split_places_the_given_counts():
     kinds = stage_split.table(plan._in)
     assert [sum(k.values()) for k in kinds] == [10, 14, 14, 14]
     assert (kinds[0]["M"], kinds[0]["E"], kinds[0]["*"]) == (5, 4, 1)  # "MEMEM*EMEM"
+
+
+@pytest.mark.parametrize("split, want", [(dict(pp=2, first_stage_layers=20), [20, 32]),
+                                         (dict(pp=3, first_stage_layers=20, last_stage_layers=16),
+                                          [20, 16, 16])])
+def test_the_stages_the_given_counts_leave(split, want):
+    """first_stage_layers 20 of 52 leaves the last of two stages 32; with the last's 16 given, the
+    middle of three holds the other 16."""
+    plan = _nano(dp=1, **split)
+    assert [sum(k.values()) for k in stage_split.table(plan._in)] == want
 
 
 def test_numbers_from_the_programs_are_the_expressions(tmp_path, monkeypatch):

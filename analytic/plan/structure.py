@@ -116,7 +116,7 @@ def structure(inp: Inputs) -> str | None:
         f"comm_sms>0={lay.comm_sms != 0}",
         f"zero3_gather={lay.zero3_gather}",
         f"moe_ep={m.is_moe}",
-        # a hybrid model's stages hold the pattern's layers they are given (hybrid_stages)
+        # a hybrid model's stages hold the pattern's layers they are given (stage_split)
         f"pp={lay.pp if m.is_hybrid else 'open'}",
     ]
     parts += [

@@ -65,7 +65,7 @@ def _hybrid_stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
     from .ops import stage_compute
 
     own = [stage_compute(inp, kinds) for kinds in stage_split.table(inp)]
-    middle = own[1:-1] or [own[min(1, len(own) - 1)]]
+    middle = own[1:-1] or own[-1:]  # without a middle stage, the last's own layers
     slowest = composed("stage.middle", Max(*(t.term for t in middle)), "s", *middle)
     return {
         name: composed(f"stage.{name}", t.term, "s", t, compute)
