@@ -152,6 +152,7 @@ def test_the_stages_the_given_counts_leave(split, want):
     middle of three holds the other 16."""
     plan = _nano(dp=1, **split)
     assert [sum(k.values()) for k in stage_split.table(plan._in)] == want
+    assert plan.layers_by_stage() == want
 
 
 def test_numbers_from_the_programs_are_the_expressions(tmp_path, monkeypatch):
@@ -184,3 +185,89 @@ def test_search_places_each_pipelines_stages_as_plan(tmp_path, monkeypatch):
             plan.memory().total.to("byte").magnitude, rel=1e-9
         )
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+
+
+#: Nano's pattern with '|' marks: 8 segments, segment v·4 + r on rank r as its chunk v
+MARKED = "MEMEM*E|MEMEM*|EMEMEM*|EMEMEM|*EMEMEM|*EMEME|MEM*EME|MEMEME"
+
+
+def test_a_marked_pattern_places_its_segments():
+    """Rank 0 holds segments 0 and 4, "MEMEM*E" and "*EMEMEM": 6 Mamba-2, 6 MoE and 2 attention
+    layers; rank 1 "MEMEM*" and "*EMEME": 5, 5 and 2; rank 2 "EMEMEM*" and "MEM*EME": 6, 6 and 2;
+    rank 3 "EMEMEM" and "MEMEME": 6, 6 and 0."""
+    plan = _nano(pp=4, vpp=2, dp=1, schedule="interleaved", pipeline_layout=MARKED)
+    assert MARKED.replace("|", "") == plan.model.layer_pattern
+    got = [(k["M"], k["E"], k["*"]) for k in stage_split.table(plan._in)]
+    assert got == [(6, 6, 2), (5, 5, 2), (6, 6, 2), (6, 6, 0)]
+    assert plan.layers_by_stage() == [14, 12, 14, 12]
+
+
+@pytest.mark.parametrize(
+    "marks, split",
+    [("|".join(NANO_STAGES), {}),
+     ("MEMEM*EMEM|EM*EMEMEM*EMEM|EM*EMEMEM*EMEM|EMEM*EMEMEMEME",
+      dict(first_stage_layers=10, last_stage_layers=14))],
+)
+def test_marks_of_megatron_cores_splits_are_those_splits(marks, split):
+    """A pattern marked where the even split, or first_stage_layers 10 and last 14, cut it plans as
+    that split: each stage's memory and the step, through the plan's expressions rather than its
+    structure's programs."""
+    lay = dict(tp=2, pp=4, dp=2, ep=2, sequence_parallel=True)
+    marked, split_plan = _nano(**lay, pipeline_layout=marks), _nano(**lay, **split)
+    for a, b in zip(marked.memory_by_stage(), split_plan.memory_by_stage()):
+        want = b.total.to("byte").magnitude
+        assert a.total.to("byte").magnitude == pytest.approx(want, rel=1e-12)
+    want = split_plan.step_time().magnitude
+    assert marked.step_time().magnitude == pytest.approx(want, rel=1e-12)
+
+
+def test_interleaving_a_marked_pattern_halves_the_bubble():
+    """Two chunks a stage: the bubble of the same stages is half the one-chunk pipeline's."""
+    one = _nano(tp=2, pp=4, dp=2, ep=2, sequence_parallel=True)
+    two = _nano(tp=2, pp=4, vpp=2, dp=2, ep=2, sequence_parallel=True, schedule="interleaved",
+                pipeline_layout=MARKED)
+    bubble = [p.time_breakdown()["bubble"].to("s").magnitude for p in (one, two)]
+    assert bubble[1] == pytest.approx(bubble[0] / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "layout, error, needle",
+    [
+        (dict(pp=2, vpp=2, pipeline_layout=MARKED), LayoutError, "8 segments, not pp 2"),
+        (dict(pp=4, vpp=2, pipeline_layout=MARKED.replace("M", "E", 1)), LayoutError,
+         "not nemotron-3-nano's pattern"),
+        (dict(pp=2, pipeline_layout="Et|tL"), LayoutError, "its pattern with '|'"),
+        (dict(pp=4, vpp=2, first_stage_layers=5, pipeline_layout=MARKED), LayoutError,
+         "'|' marks place"),
+        (dict(pp=4, vpp=2, pipeline_layout=MARKED.replace("M", "G", 1)), LayoutError,
+         "no layer of a hybrid pattern"),
+    ],
+)
+def test_marks_megatron_core_refuses_are_refused(layout, error, needle):
+    with pytest.raises(error, match=needle):
+        _nano(dp=1, schedule="interleaved" if layout.get("vpp", 1) > 1 else "1f1b", **layout)
+
+
+def test_a_transformer_refuses_a_marked_pattern():
+    with pytest.raises(LayoutError, match="hybrid model's layout"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(pp=2, dp=1, pipeline_layout="M*|M*"),
+                seq_len=4096, global_batch=16)
+
+
+def test_search_with_a_marked_pattern_is_plan(tmp_path, monkeypatch):
+    """Search given the marked pattern and pp 4: every layout runs its two chunks a stage
+    interleaved, its numbers Plan's."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    hw = an.hardware("h100-sxm")
+    res = an.search(NANO, hw, gpus=16, seq_len=4096, global_batch=64, pipeline_layout=MARKED,
+                    pp=4, progress=False)
+    arrays = res.arrays
+    assert set(np.unique(arrays["vpp"])) == {2} and len(arrays["vpp"]) > 0
+    for j in np.random.default_rng(3).choice(len(arrays["memory"]), size=6, replace=False):
+        plan = res.row(j).plan(an.model(NANO), hw, seq_len=4096, global_batch=64)
+        assert plan.layout.pipeline_layout == MARKED
+        assert arrays["memory"][j] == pytest.approx(
+            plan.memory().total.to("byte").magnitude, rel=1e-9
+        )
+        assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+

@@ -241,8 +241,7 @@ def _placement(f: Figures, add) -> None:
     add(
         "placement",
         "layers_per_stage",
-        f"{m.layers} layers over {lay.pp} stages (worst stage holds "
-        f"{-(-int(m.layers) // int(lay.pp))})",
+        f"{m.layers} layers over {lay.pp} stages (the fullest holds {max(plan.layers_by_stage())})",
         round(float(per_stage), 4),
         "plan.layers_per_stage",
     )

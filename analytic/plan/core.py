@@ -468,6 +468,17 @@ class Plan:
         """:meth:`memory` of every pipeline stage, first to last."""
         return [self.memory(stage=k) for k in range(self._numeric_pp())]
 
+    def layers_by_stage(self) -> list[int]:
+        """The model's layers on every pipeline stage, first to last, as the plan counts them (the
+        MTP modules' not among them; where pp does not divide the layers, each stage not given a
+        count holds the most any does)."""
+        from . import stage_split
+
+        self._numeric_pp()
+        if stage_split.placed(self._in):
+            return [len(layers) for layers in stage_split.held(self._in)]
+        return stage_split.stage_counts(self._in)
+
     def _numeric_pp(self) -> int:
         if not is_number(self.layout.pp):
             raise FreeSymbolError(

@@ -74,7 +74,9 @@ class Layout:
     DeepSeek-V3's embedding and first layer in the first of 8 × 4 chunks, two layers in each of the
     next 30, its MTP block and the loss in the last. It sets the first and last stages' layers (the
     middle stages hold the same number, the MTP blocks sit in the last chunk); a stage's chunks are
-    timed as equal shares of it.
+    timed as equal shares of it. A hybrid model's layout is its pattern with ``|`` between the
+    chunks, as Megatron-Core's ``--hybrid-layer-pattern`` marks them: each stage then holds the
+    segments it is given, however many layers of each kind.
 
     ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each
     stage (of each model chunk under interleaving) and keeps every activation of the others, as
@@ -278,7 +280,7 @@ class Layout:
     def _read_pipeline_layout(self) -> None:
         """The first and last stages' layers the layout gives (Megatron-Core's checks of it
         applied)."""
-        from .pipeline_layout import chunks, stage_layers
+        from .pipeline_layout import chunks, is_hybrid, stage_layers
 
         if not (is_number(self.pp) and is_number(self.vpp)):
             raise LayoutError("pipeline_layout: needs numeric pp and vpp, whose chunks it fills")
@@ -287,7 +289,20 @@ class Layout:
                 "pipeline_layout: places the ends itself, for Megatron-Core's 1F1B and interleaved "
                 "schedules; not with ends_as_layers or DualPipe"
             )
-        first, _, last = stage_layers(chunks(self.pipeline_layout), self.pp, self.vpp)
+        parts = chunks(self.pipeline_layout)
+        if is_hybrid(self.pipeline_layout):  # each stage its own segments (plan.stage_split)
+            if len(parts) != self.pp * self.vpp:
+                raise LayoutError(
+                    f"pipeline_layout: {len(parts)} segments, not pp {self.pp} × vpp {self.vpp}"
+                    f" = {self.pp * self.vpp}"
+                )
+            if self.first_stage_layers is not None or self.last_stage_layers is not None:
+                raise LayoutError(
+                    "first_stage_layers/last_stage_layers: a hybrid pattern's '|' marks place"
+                    " the stages' layers (Megatron-Core's select_pipeline_segment)"
+                )
+            return
+        first, _, last = stage_layers(parts, self.pp, self.vpp)
         if self.pp < 2:
             return
         for k, n in (("first_stage_layers", first), ("last_stage_layers", last)):
@@ -491,7 +506,9 @@ def check_layout(
     _check_split(lay, m)
     for why in (
         hybrid_refusal(m, lay.tp, lay.cp),
-        hybrid_pipeline_refusal(m, lay.pp, lay.vpp, lay.uneven, lay.ends_as_layers),
+        hybrid_pipeline_refusal(
+            m, lay.pp, lay.vpp, lay.uneven, lay.ends_as_layers, lay.pipeline_layout is not None
+        ),
     ):
         if why:
             raise LayoutError(why)
@@ -593,7 +610,8 @@ def _check_split(lay: Layout, m) -> None:
                 " TransformerConfig)"
             )
     elif lay.uneven:
-        _check_pipeline_layout(lay, m)
+        if _check_pipeline_layout(lay, m):  # a hybrid pattern's marks: any split
+            return
         given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
         if not _numbers(lay.pp, m.layers):
             raise LayoutError(
@@ -689,18 +707,19 @@ def hybrid_refusal(m, tp, cp) -> str | None:
 
 
 def hybrid_pipeline_refusal(
-    m, pp, vpp, uneven: bool = False, ends_as_layers: bool = False
+    m, pp, vpp, uneven: bool = False, ends_as_layers: bool = False, marked: bool = False
 ) -> str | None:
     """Why a hybrid model's layers do not split over ``pp`` stages of ``vpp`` chunks, or None:
     Megatron-Core splits a pattern without its '|' stage marks evenly, or by the first and last
-    stages' given counts, into one chunk a stage (select_pipeline_segment). One rule for Plan and
-    search; what is still a symbol is not checked."""
-    if not m.is_hybrid:
+    stages' given counts, into one chunk a stage (select_pipeline_segment); a layout ``marked`` so
+    (``pipeline_layout``) places any split. One rule for Plan and search; what is still a symbol is
+    not checked."""
+    if not m.is_hybrid or marked:
         return None
     if is_number(vpp) and vpp != 1:
         return (
             f"vpp: a hybrid pattern splits into one chunk a stage (vpp {vpp}); Megatron-Core"
-            " interleaves only a pattern with '|' stage marks, which are not modelled"
+            " interleaves a pattern with '|' between its chunks: give it as pipeline_layout"
         )
     if ends_as_layers:
         return (
@@ -793,18 +812,34 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
         )
 
 
-def _check_pipeline_layout(lay: Layout, m) -> None:
-    """A pipeline layout places the model's layers and MTP blocks, no more and no fewer."""
+def _check_pipeline_layout(lay: Layout, m) -> bool:
+    """A pipeline layout places the model's layers and MTP blocks, no more and no fewer; a hybrid
+    model's is its pattern with '|' marks (Megatron-Core's --hybrid-layer-pattern), and only
+    it's. Whether the layout is a hybrid pattern's."""
     if lay.pipeline_layout is None:
-        return
-    from .pipeline_layout import layer_counts
+        return False
+    from .pipeline_layout import is_hybrid, layer_counts
 
+    if m.is_hybrid or is_hybrid(lay.pipeline_layout):
+        if not (m.is_hybrid and is_hybrid(lay.pipeline_layout)):
+            raise LayoutError(
+                "pipeline_layout: a hybrid model's layout is its pattern with '|' between stages"
+                " (Megatron-Core's --hybrid-layer-pattern); a transformer's is Megatron-Core's"
+                " layout grammar (E, t, m, L)"
+            )
+        if lay.pipeline_layout.replace("|", "") != m.layer_pattern:
+            raise LayoutError(
+                f"pipeline_layout: without its '|' marks it is not {m.name}'s pattern of"
+                f" {m.layers} layers"
+            )
+        return True
     layers, mtp = layer_counts(lay.pipeline_layout)
     if (layers, mtp) != (m.layers, m.mtp_modules):
         raise LayoutError(
             f"pipeline_layout: places {layers} layers and {mtp} MTP blocks; {m.name} has {m.layers}"
             f" and {m.mtp_modules}"
         )
+    return False
 
 
 def fp8_recipe_of(stack: str, props: dict, dtype: str, given: str | None) -> str | None:

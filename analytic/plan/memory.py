@@ -406,7 +406,10 @@ def stage_params(inp: Inputs, k) -> dict:
     is_first, is_last = Eq(k, 0), Eq(k, lay.pp - 1)
     layers = Piecewise((first_n, is_first), (last_n, is_last), (middle, True))
     start = Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
-    own = stage_split.stage_kinds(inp, k, mtp=False) if stage_split.placed(inp) else None
+    own = None
+    if stage_split.placed(inp):  # a hybrid stage's own layers
+        own = stage_split.stage_kinds(inp, k, mtp=False)
+        layers = stage_split.by_stage(k, [len(h) for h in stage_split.held(inp)])
     rest, experts = m.stage_params_formulas(start, layers, is_first, is_last, own)
     dense_local, expert_local = rest / lay.tp, experts / (lay.etp * lay.ep)
     return {

@@ -3,7 +3,13 @@ which layers each model chunk holds, in its grammar. ``E`` the embedding, ``t`` 
 ``m`` an MTP block, ``L`` the loss with the output layer; ``|`` ends a chunk; ``(...)*n`` and
 ``x*n`` repeat; commas are cosmetic. Chunk i runs on pipeline rank i mod pp as its virtual stage i
 div pp (NVIDIA/Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py,
-parse_str_to_list and __init__)."""
+parse_str_to_list and __init__).
+
+A hybrid model's layout is its pattern with ``|`` between the chunks, as Megatron-Core's
+``--hybrid-layer-pattern`` marks them (megatron/core/models/hybrid/hybrid_layer_allocation.py,
+select_pipeline_segment: segment v·pp + r on rank r as its virtual stage v): ``M`` Mamba-2, ``*``
+attention, ``-`` MLP, ``E`` MoE, no repetition. A layout without the loss (``L``), a transformer
+layer (``t``), a repetition or a digit is read so; the two grammars share no valid text."""
 
 from __future__ import annotations
 
@@ -16,14 +22,34 @@ MAX_TEXT, MAX_CHUNKS = 10_000, 100_000
 _REPEATS = (re.compile(r"\(([^)]+)\)\*(\d+)", re.ASCII), re.compile(r"(.)\*(\d+)", re.ASCII))
 
 
+#: a hybrid pattern's layers (presets.model's kinds)
+HYBRID_LAYERS = "M*-E"
+
+
+def is_hybrid(text: str) -> bool:
+    """Whether layout ``text`` is a hybrid pattern with stage marks: no loss, transformer layer,
+    repetition or digit."""
+    return not any(c in text for c in "Lt()0123456789")
+
+
 def chunks(text) -> list[str]:
-    """The layout's chunks as strings of E, t, m and L, in Megatron's order (repetitions
-    unrolled)."""
+    """The layout's chunks, in Megatron's order: strings of E, t, m and L (repetitions unrolled), or
+    a hybrid pattern's segments."""
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
         raise LayoutError(
-            "pipeline_layout: expected Megatron-Core's layout text such as 'Et|(tt|)*30mL' (at"
-            f" most {MAX_TEXT:,} characters), got {text!r:.80}"
+            "pipeline_layout: expected Megatron-Core's layout text such as 'Et|(tt|)*30mL', or a"
+            f" hybrid pattern with '|' between stages (at most {MAX_TEXT:,} characters), got"
+            f" {text!r:.80}"
         )
+    if is_hybrid(text):
+        bad = sorted(set(text) - set(HYBRID_LAYERS + "|"))
+        if bad:
+            raise LayoutError(
+                f"pipeline_layout: {bad[0]!r} is no layer of a hybrid pattern (M Mamba-2, *"
+                " attention, - MLP, E MoE, | between chunks); Megatron-Core's layout grammar ends"
+                " with the loss (L)"
+            )
+        return text.split("|")
     unrolled = text.replace(",", "").replace(" ", "")
     for pattern in _REPEATS:
         size = len(unrolled) + sum(
@@ -36,7 +62,8 @@ def chunks(text) -> list[str]:
     if bad:
         raise LayoutError(
             f"pipeline_layout: {bad[0]!r} is no layer of Megatron-Core's layout (E embedding, t "
-            "transformer layer, m MTP block, L loss, | between chunks, (...)*n and x*n repeats)"
+            "transformer layer, m MTP block, L loss, | between chunks, (...)*n and x*n repeats);"
+            " a hybrid pattern with '|' marks holds no t, L, digit or parenthesis"
         )
     return unrolled.split("|")
 

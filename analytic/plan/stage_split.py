@@ -2,7 +2,8 @@
 (:func:`stage_layers`), and which layers of a hybrid model's pattern each holds, as Megatron-Core
 places them (NVIDIA/Megatron-LM megatron/core/models/hybrid/hybrid_layer_allocation.py,
 select_pipeline_segment): stage k holds the pattern's characters from its first layer on, in order,
-and the last stage also the MTP modules' attention and FFN layers. A hybrid model's stages are
+or the segments a layout with '|' marks gives it, and the last stage also the MTP modules'
+attention and FFN layers. A hybrid model's stages are
 placed where the pipeline degree is a number; with pp a symbol a stage holds the pattern's mean
 layer."""
 
@@ -12,6 +13,7 @@ from ..core.algebra import Eq, Piecewise, ceiling
 from ..core.terms import ratio
 from ..core.values import is_number
 from .inputs import Inputs
+from .pipeline_layout import chunks
 
 #: the pattern's kinds of layer: attention, dense MLP, MoE, Mamba-2
 KINDS = ("*", "-", "E", "M")
@@ -41,26 +43,33 @@ def placed(inp: Inputs) -> bool:
     return inp.model.is_hybrid and is_number(inp.deg.pp)
 
 
-def stage_counts(inp: Inputs) -> list[int]:
-    """A hybrid model's layers on each stage, first to last (:func:`stage_layers` over the
-    pattern)."""
+def held(inp: Inputs) -> list[str]:
+    """A hybrid model's layers on each stage, first to last, as the pattern's characters: segments
+    v·pp + r of a layout with '|' marks on rank r, else :func:`stage_layers`'s counts of the
+    pattern in order."""
+    pp, pattern, text = int(inp.deg.pp), inp.model.layer_pattern, inp.layout.pipeline_layout
+    if text is not None:
+        segments = chunks(text)
+        return ["".join(segments[v * pp + r] for v in range(int(inp.deg.vpp))) for r in range(pp)]
+    counts = stage_counts(inp, len(pattern))
+    return [pattern[sum(counts[:j]) : sum(counts[: j + 1])] for j in range(pp)]
+
+
+def stage_counts(inp: Inputs, layers=None) -> list[int]:
+    """:func:`stage_layers` for each stage of a numeric pipeline, first to last."""
+    first, middle, last = (int(n) for n in stage_layers(inp, layers))
     pp = int(inp.deg.pp)
-    first, middle, last = (int(n) for n in stage_layers(inp, len(inp.model.layer_pattern)))
     return [first] if pp == 1 else [first, *[middle] * (pp - 2), last]
 
 
 def table(inp: Inputs, mtp: bool = True) -> list[dict]:
     """kind → layers of it, for each stage first to last; the MTP modules' on the last where
     ``mtp``."""
-    m, counts = inp.model, stage_counts(inp)
-    rows = []
-    for j in range(len(counts)):
-        held = m.layer_pattern[sum(counts[:j]) : sum(counts[: j + 1])]
-        kinds = {c: held.count(c) for c in KINDS}
-        if mtp and j == len(counts) - 1 and m.mtp_modules:
-            kinds["*"] += m.mtp_modules
-            kinds["E" if m.is_moe else "-"] += m.mtp_modules
-        rows.append(kinds)
+    m, stages = inp.model, held(inp)
+    rows = [{c: layers.count(c) for c in KINDS} for layers in stages]
+    if mtp and m.mtp_modules:
+        rows[-1]["*"] += m.mtp_modules
+        rows[-1]["E" if m.is_moe else "-"] += m.mtp_modules
     return rows
 
 
@@ -70,14 +79,19 @@ def stage_kinds(inp: Inputs, k, mtp: bool = True) -> dict:
     rows = table(inp, mtp)
     if is_number(k):
         return rows[int(k)]
-    return {c: _over_stages(k, [row[c] for row in rows]) for c in KINDS}
+    return {c: by_stage(k, [row[c] for row in rows]) for c in KINDS}
 
 
-def _over_stages(k, values: list):
-    """The value of stage ``k`` (a term) of ``values``, one a stage: a number where all agree."""
+def by_stage(k, values: list):
+    """The value of stage ``k`` (a number or a term) of ``values``, one a stage: a number where
+    all agree."""
+    if is_number(k):
+        return values[int(k)]
     if len(set(values)) == 1:
         return values[0]
     return Piecewise(*((v, Eq(k, j)) for j, v in enumerate(values[:-1])), (values[-1], True))
 
 
-__all__ = ["KINDS", "placed", "stage_counts", "stage_kinds", "stage_layers", "table"]
+__all__ = [
+    "KINDS", "by_stage", "held", "placed", "stage_counts", "stage_kinds", "stage_layers", "table"
+]

@@ -80,8 +80,8 @@ def structure(inp: Inputs) -> str | None:
     """The structure of a plan as text (equal for plans whose expressions differ only in numbers),
     or None where a plan has no template: free symbols other than a template's own (a degree, a
     choice or the microbatch size left open as its symbol; a hybrid model's pp is a number), uneven
-    stages, N recomputed layers, recompute modules, offloaded activations or optimizer, or
-    activations cached in FP8."""
+    stages or a pipeline layout, N recomputed layers, recompute modules, offloaded activations or
+    optimizer, or activations cached in FP8."""
     m, lay = inp.model, inp.layout
     open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [
         (inp.microbatch_size, "microbatch_size")
@@ -94,6 +94,7 @@ def structure(inp: Inputs) -> str | None:
     if (
         lay.first_stage_layers is not None
         or lay.last_stage_layers is not None
+        or lay.pipeline_layout is not None
         or lay.recompute_layers is not None
         or lay.offload_activations
         or lay.offload_optimizer

@@ -313,6 +313,7 @@ def enumerate_layouts(
     max_cp: int | None = None,
     pins: dict | None = None,
     etp: int | None = None,
+    uneven: bool = False, marked: bool = False,
 ) -> dict:
     """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
     schedule as their index in RECOMPUTE and SCHEDULES).
@@ -324,7 +325,8 @@ def enumerate_layouts(
     degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤ layers; EP
     divides cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts;
     microbatches per replica ≥ 1 and a multiple of pp for the interleaved schedule, even for
-    DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
+    DualPipe (with pp even); with pp = 1 only 1F1B is listed; a hybrid pattern split as
+    Megatron-Core does, its layers ``uneven`` or ``marked`` (plan.hybrid_pipeline_refusal)."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
@@ -358,12 +360,13 @@ def enumerate_layouts(
                     pp > model.layers
                     or not free("pp", pp)
                     or not free("dp", dp)
-                    or hybrid_pipeline_refusal(model, pp, 1)
+                    or hybrid_pipeline_refusal(model, pp, 1, uneven, False, marked)
                 ):
                     continue
                 eps = _expert_degrees(model, tp, cp, dp, etp, free)
                 rows += _rows(
-                    model, (tp, pp, dp, cp), eps, global_batch, microbatch_sizes, schedules, vpps
+                    model, (tp, pp, dp, cp), eps, global_batch, microbatch_sizes, schedules, vpps,
+                    (uneven, False, marked),
                 )
     degrees = np.array(rows, dtype=float).reshape(-1, 8)
     choices = np.array([(z, RECOMPUTE.index(rc)) for rc in recompute for z in zero], dtype=float)
@@ -384,9 +387,12 @@ def _expert_degrees(model: Model, tp: int, cp: int, dp: int, etp, free) -> list[
     return [e for e in divisors(fold) if model.experts % e == 0 and free("ep", e)] if fold else []
 
 
-def _rows(model: Model, degrees, eps, global_batch, microbatch_sizes, schedules, vpps) -> list:
+def _rows(
+    model: Model, degrees, eps, global_batch, microbatch_sizes, schedules, vpps, split
+) -> list:
     """The rows of one (tp, pp, dp, cp): each EP degree, microbatch size, schedule and chunk count
-    the batch and the layers allow."""
+    the batch and the layers allow (a hybrid model's, its ``split`` too: uneven, ends counted as
+    layers, marked)."""
     tp, pp, dp, cp = degrees
     rows = []
     for ep in eps:
@@ -403,11 +409,8 @@ def _rows(model: Model, degrees, eps, global_batch, microbatch_sizes, schedules,
                     vs = [1] if pp % 2 == 0 and m % 2 == 0 else []
                 else:
                     vs = [1]
-                rows += [
-                    (tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched))
-                    for v in vs
-                    if not hybrid_pipeline_refusal(model, pp, v)
-                ]
+                vs = [v for v in vs if not hybrid_pipeline_refusal(model, pp, v, *split)]
+                rows += [(tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched)) for v in vs]
     return rows
 
 
@@ -598,7 +601,8 @@ def _ranked(q: SimpleNamespace, start: float) -> SearchResult:
     arrays = _layouts(
         q.model, q.hardware, q.props, q.counts, seq_len=q.seq_len, global_batch=q.global_batch,
         microbatch_sizes=q.microbatch_sizes, max_tp=q.max_tp, max_cp=q.max_cp, pins=q.pins,
-        etp=counted.get("etp"), explicit="pp" in counted, **narrowed,
+        etp=counted.get("etp"), explicit="pp" in counted,
+        marked=counted["pipeline_layout"] is not None, **narrowed,
     )
     out, built = _evaluated(
         arrays, q.progress, q.model, q.hardware, q.seq_len, q.global_batch, q.dtype,
@@ -857,12 +861,18 @@ def _stack_runs(
 
 
 def _layouts(
-    model, hardware, props, counts, *, zero, explicit=False, ep_overlap=False, **options
+    model, hardware, props, counts, *, zero, explicit=False, ep_overlap=False, marked=False,
+    **options
 ) -> dict:
     """The layouts of each GPU count as arrays (``INPUTS`` and ``gpus``), less those that are
     another's twin or that the stack does not run (with ``ep_overlap``, those Megatron-Core runs no
     combined 1F1B on: without EP, or pipelined other than interleaved)."""
-    parts = [enumerate_layouts(model, hardware, gpus=g, zero=zero, **options) for g in counts]
+    parts = [
+        enumerate_layouts(
+            model, hardware, gpus=g, zero=zero, uneven=explicit, marked=marked, **options
+        )
+        for g in counts
+    ]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
     # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked
     # for is kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered
