@@ -5,7 +5,7 @@ makes."""
 import pytest
 
 import analytic as an
-from analytic.plan.pipeline_layout import chunks, stage_layers
+from analytic.plan.pipeline_layout import MAX_TEXT, chunks, stage_layers
 
 KW = dict(seq_len=4096, global_batch=1024)
 
@@ -89,3 +89,11 @@ def test_a_layout_must_place_the_models_layers_and_nothing_else():
     for extra in ({"ends_as_layers": True}, {"first_stage_layers": 8}):
         with pytest.raises(an.LayoutError):
             an.Layout(pp=8, vpp=4, dp=32, ep=32, pipeline_layout="Et|(tt|)*30mL", **extra)
+
+
+def test_a_layout_of_the_longest_text_is_read():
+    """10,000 characters are read; one more is refused."""
+    longest = "E" + "t" * (MAX_TEXT - 2) + "L"
+    assert chunks(longest) == [longest]
+    with pytest.raises(an.LayoutError, match="at most 10,000"):
+        chunks(longest + "|")

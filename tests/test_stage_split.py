@@ -145,10 +145,10 @@ def test_an_uneven_split_places_the_given_counts():
 
 
 @pytest.mark.parametrize("split, want", [(dict(pp=2, first_stage_layers=20), [20, 32]),
-                                         (dict(pp=3, first_stage_layers=20, last_stage_layers=16),
-                                          [20, 16, 16])])
+                                         (dict(pp=3, first_stage_layers=10, last_stage_layers=26),
+                                          [10, 16, 26])])
 def test_the_stages_the_given_counts_leave(split, want):
-    """first_stage_layers 20 of 52 leaves the last of two stages 32; with the last's 16 given, the
+    """first_stage_layers 20 of 52 leaves the last of two stages 32; with 10 and 26 given, the
     middle of three holds the other 16."""
     plan = _nano(dp=1, **split)
     assert [sum(k.values()) for k in stage_split.table(plan._in)] == want
@@ -185,6 +185,18 @@ def test_search_places_each_pipelines_stages_as_plan(tmp_path, monkeypatch):
             plan.memory().total.to("byte").magnitude, rel=1e-9
         )
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+
+
+def test_the_mtp_module_sits_on_the_last_stage():
+    """Nemotron 3 Super's last of four stages holds "MEM*EMEMEMEM*EMEMEMEME" (10 Mamba-2, 10 MoE, 2
+    attention layers) and the MTP module's attention and MoE layers; the stage before it the same
+    count of its own 22 without them."""
+    plan = an.Plan("nemotron-3-super", "gb200-nvl72", an.Layout(pp=4, dp=1), seq_len=4096,
+                   global_batch=16)
+    rows = stage_split.table(plan._in)
+    assert (rows[3]["M"], rows[3]["E"], rows[3]["*"]) == (10, 11, 3)
+    assert (rows[2]["M"], rows[2]["E"], rows[2]["*"]) == (10, 10, 2)
+    assert plan.layers_by_stage() == [22, 22, 22, 22]
 
 
 #: Nano's pattern with '|' marks: 8 segments, segment v·4 + r on rank r as its chunk v
