@@ -3,9 +3,8 @@
 places them (NVIDIA/Megatron-LM megatron/core/models/hybrid/hybrid_layer_allocation.py,
 select_pipeline_segment): stage k holds the pattern's characters from its first layer on, in order,
 or the segments a layout with '|' marks gives it, and the last stage also the MTP modules'
-attention and FFN layers. A hybrid model's stages are
-placed where the pipeline degree is a number; with pp a symbol a stage holds the pattern's mean
-layer."""
+attention and FFN layers. A hybrid model's stages are placed where the pipeline degree is a number;
+with pp a symbol a stage holds the pattern's mean layer."""
 
 from __future__ import annotations
 
@@ -77,8 +76,6 @@ def stage_kinds(inp: Inputs, k, mtp: bool = True) -> dict:
     """kind → layers of it on stage ``k`` (a number, or a term over the stages), the MTP modules'
     on the last where ``mtp``."""
     rows = table(inp, mtp)
-    if is_number(k):
-        return rows[int(k)]
     return {c: by_stage(k, [row[c] for row in rows]) for c in KINDS}
 
 
