@@ -283,3 +283,11 @@ def test_search_with_a_marked_pattern_is_plan(tmp_path, monkeypatch):
         )
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
 
+
+
+def test_with_pp_a_symbol_a_stage_holds_the_mean_layer():
+    """The expression with pp open holds the pattern's mean layer on every stage; at one stage
+    that is the whole pattern, the numeric plan's."""
+    open_pp = _nano(pp=an.sym("pp"), dp=1).expr("memory.total")
+    one = _nano(pp=1, dp=1).memory().total.to("byte").magnitude
+    assert open_pp.subs(pp=1).value().to("byte").magnitude == pytest.approx(one, rel=1e-12)
