@@ -2,10 +2,13 @@
 Megatron-Core's select_pipeline_segment splits a pattern: against hand counts, the published total,
 a stage shared by two patterns, the pipeline simulator and search."""
 
+import json
+
 import numpy as np
 import pytest
 
 import analytic as an
+from analytic.cli.main import main
 from analytic.core.errors import LayoutError
 from analytic.plan import ops, stage_split
 from analytic.reference.pipeline_sim import simulate
@@ -291,3 +294,16 @@ def test_with_pp_a_symbol_a_stage_holds_the_mean_layer():
     open_pp = _nano(pp=an.sym("pp"), dp=1).expr("memory.total")
     one = _nano(pp=1, dp=1).memory().total.to("byte").magnitude
     assert open_pp.subs(pp=1).value().to("byte").magnitude == pytest.approx(one, rel=1e-12)
+
+
+def test_the_command_line_prints_each_stages_layers(capsys):
+    """`analytic memory --stages` gives each stage's layers beside its memory; a layout that does
+    not split the pattern is one line and exit 2."""
+    flags = ["--model", NANO, "--hardware", "h100-sxm", "--gpus", "8", "--pp", "4", "--vpp", "2",
+             "--schedule", "interleaved", "--seq", "4096", "--global-batch", "16"]
+    assert main(["memory", "--json", "--stages", "--pipeline-layout", MARKED, *flags]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    assert [s["layers"] for s in stages] == [14, 12, 14, 12]
+    assert main(["memory", "--pipeline-layout", MARKED[:-2], *flags]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "pipeline_layout" in err

@@ -264,7 +264,12 @@ def _memory_json(r: MemoryReport, args, fitting_layouts: list) -> None:
                 "fitting_changes": changes,
                 "fitting_layouts": fitting_layouts,
                 **(
-                    {"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]}
+                    {
+                        "stages": [
+                            {"stage": s.stage, "layers": n, **gb(s), "fits": s.fits}
+                            for s, n in zip(stages, plan.layers_by_stage())
+                        ]
+                    }
                     if args.stages
                     else {}
                 ),
@@ -368,10 +373,10 @@ def _memory_stages(r: MemoryReport) -> None:
             "\n  under DualPipe the row of stage k is its rank, which also holds stage p − 1 −"
             " k"
         )
-    print("\n  stage " + "".join(f"{k:>15}" for k in columns) + "   fits")
-    for s in stages:
+    print("\n  stage  layers" + "".join(f"{k:>15}" for k in columns) + "   fits")
+    for s, n in zip(stages, plan.layers_by_stage()):
         print(
-            f"  {s.stage:>5} "
+            f"  {s.stage:>5} {n:>7}"
             + "".join(f"{_fmt(getattr(s, k).to('GB')):>15}" for k in columns)
             + f"   {'yes' if s.fits else 'no'}"
         )
