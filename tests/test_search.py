@@ -698,3 +698,40 @@ def test_a_search_with_the_all_to_alls_overlapped_keeps_the_layouts_megatron_cor
     ):
         with pytest.raises(InputError, match=f"ep_overlap: .*{says}"):
             an.search(model, HW, layout_options={"ep_overlap": True}, **{**kw, **more})
+
+
+def test_the_schedules_and_chunks_each_pipeline_lists():
+    """8 layers on 8 GPUs: one stage runs 1F1B alone; two stages every schedule, DualPipe on an even
+    count, 2 or 4 chunks a stage (2 × 4 = 8 layers, a layer a chunk); four stages 2 chunks, not 4
+    (16 chunks for 8 layers); eight stages no interleaving."""
+    from analytic.plan import SCHEDULES
+    from analytic.search.layouts import enumerate_layouts
+
+    small = an.Model(layers=8, hidden=256, heads=8, kv_heads=2, vocab=1000, ffn_hidden=512,
+                     mlp="swiglu", position="rope")
+    a = enumerate_layouts(small, an.hardware("h100-sxm"), gpus=8, seq_len=1024, global_batch=64)
+    rows = zip(a["pp"], a["schedule"], a["vpp"])
+    listed = {(int(p), SCHEDULES[int(s)], int(v)) for p, s, v in rows}
+    flat = {"1f1b", "gpipe", "zb-h1", "zb-h2", "dualpipe"}
+    want = {(1, "1f1b", 1)} | {(p, s, 1) for p in (2, 4, 8) for s in flat}
+    want |= {(2, "interleaved", 2), (2, "interleaved", 4), (4, "interleaved", 2)}
+    assert listed == want
+
+
+def test_the_expert_degrees_each_layout_folds():
+    """An MoE of 8 experts on 16 GPUs with expert TP 4: the experts fold over tp·cp·dp / 4 ranks,
+    EP dividing that and the experts; where 4 does not divide tp·cp·dp, no layout."""
+    from analytic.search.layouts import enumerate_layouts
+
+    moe = an.Model(layers=8, hidden=256, heads=8, kv_heads=2, vocab=1000, ffn_hidden=512,
+                   mlp="swiglu", position="rope", experts=8, topk=2, expert_ffn_hidden=128)
+    a = enumerate_layouts(moe, an.hardware("h100-sxm"), gpus=16, seq_len=1024, global_batch=64,
+                          etp=4)
+    eps = {}
+    for t, c, d, e in zip(a["tp"], a["cp"], a["dp"], a["ep"]):
+        eps.setdefault((int(t), int(c), int(d)), set()).add(int(e))
+    # (tp, cp, dp): tp·cp·dp / 4 = 4, 4, 2, 2, 1
+    want = {(1, 1, 16): {1, 2, 4}, (2, 2, 4): {1, 2, 4}, (2, 2, 2): {1, 2}, (1, 4, 2): {1, 2},
+            (2, 1, 2): {1}}
+    assert {k: eps[k] for k in want} == want
+    assert (1, 1, 2) not in eps and (2, 1, 1) not in eps  # 2 ranks: no fold of 4
