@@ -307,3 +307,12 @@ def test_the_command_line_prints_each_stages_layers(capsys):
     assert main(["memory", "--pipeline-layout", MARKED[:-2], *flags]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pipeline_layout" in err
+
+
+def test_under_dualpipe_a_stages_row_counts_its_ranks_layers(capsys):
+    """Llama 3 8B on four stages under DualPipe: each rank holds its stage's 8 layers and the
+    mirrored stage's 8, as its memory row holds both."""
+    flags = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--pp", "4",
+             "--schedule", "dualpipe", "--seq", "4096", "--global-batch", "16"]
+    assert main(["memory", "--json", "--stages", *flags]) == 0
+    assert [s["layers"] for s in json.loads(capsys.readouterr().out)["stages"]] == [16] * 4
