@@ -267,7 +267,7 @@ def _memory_json(r: MemoryReport, args, fitting_layouts: list) -> None:
                     {
                         "stages": [
                             {"stage": s.stage, "layers": n, **gb(s), "fits": s.fits}
-                            for s, n in zip(stages, _rank_layers(plan))
+                            for s, n in zip(stages, plan.layers_by_stage(ranks=True))
                         ]
                     }
                     if args.stages
@@ -361,15 +361,6 @@ def _memory_outside(r: MemoryReport) -> None:
         )
 
 
-def _rank_layers(plan) -> list[int]:
-    """The layers each stage's rank holds: its stage's, and under DualPipe the mirrored stage's
-    too."""
-    layers = plan.layers_by_stage()
-    if plan.layout.schedule != "dualpipe":
-        return layers
-    return [n + layers[-1 - k] for k, n in enumerate(layers)]
-
-
 def _memory_stages(r: MemoryReport) -> None:
     """A row for each pipeline stage."""
     from ..core.choices import MEMORY_PARTS as PARTS
@@ -383,7 +374,7 @@ def _memory_stages(r: MemoryReport) -> None:
             " k"
         )
     print("\n  stage  layers" + "".join(f"{k:>15}" for k in columns) + "   fits")
-    for s, n in zip(stages, _rank_layers(plan)):
+    for s, n in zip(stages, plan.layers_by_stage(ranks=True)):
         print(
             f"  {s.stage:>5} {n:>7}"
             + "".join(f"{_fmt(getattr(s, k).to('GB')):>15}" for k in columns)

@@ -468,16 +468,25 @@ class Plan:
         """:meth:`memory` of every pipeline stage, first to last."""
         return [self.memory(stage=k) for k in range(self._numeric_pp())]
 
-    def layers_by_stage(self) -> list[int]:
+    def layers_by_stage(self, ranks: bool = False) -> list[int]:
         """The model's layers on every pipeline stage, first to last, as the plan counts them (the
         MTP modules' not among them; where pp does not divide the layers, each stage not given a
-        count holds the most any does)."""
+        count holds the most any does); with ``ranks``, under DualPipe each stage's rank's, the
+        mirrored stage's too (pipeline.mirror_stage.dualpipe), as :meth:`memory_by_stage` counts
+        it."""
+        from ..formulas import formula
         from . import stage_split
 
-        self._numeric_pp()
+        pp = self._numeric_pp()
         if stage_split.placed(self._in):
-            return [len(layers) for layers in stage_split.held(self._in)]
-        return stage_split.stage_counts(self._in)
+            layers = [len(held) for held in stage_split.held(self._in)]
+        else:
+            layers = stage_split.stage_counts(self._in)
+        if not ranks or self.layout.schedule != "dualpipe":
+            return layers
+        mirror = formula("pipeline.mirror_stage.dualpipe")
+        return [n + layers[int(mirror.bind({"pp": pp, "stage": k}).term)]
+                for k, n in enumerate(layers)]
 
     def _numeric_pp(self) -> int:
         if not is_number(self.layout.pp):
