@@ -17,7 +17,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_configure(config):
-    """Compiled search expressions go to a cache of the test session, not the user's."""
+    """Compiled search expressions go to a cache of the test session, not the user's. The torch
+    reference's ranks start from a fork server that has imported torch once (a module it cannot
+    import is skipped)."""
+    import multiprocessing
     import tempfile
 
     os.environ.setdefault("ANALYTIC_CACHE", tempfile.mkdtemp(prefix="analytic-test-cache-"))
+    multiprocessing.set_forkserver_preload(
+        ["torch.distributed", "analytic.reference.collectives", "analytic.reference.step_memory"]
+    )

@@ -137,9 +137,7 @@ def _worker(rank, world, port, outdir, backend, sizes, reps):
 
 
 def measure(backend: str, ranks: int, sizes: list[int], reps: int = 5) -> dict:
-    """Time the collectives; spawn ``ranks`` local processes unless launched by torchrun."""
-    import torch.multiprocessing as mp
-
+    """Time the collectives; start ``ranks`` local processes unless launched by torchrun."""
     with tempfile.TemporaryDirectory() as outdir:
         # torchrun: this process is one rank
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -152,14 +150,9 @@ def measure(backend: str, ranks: int, sizes: list[int], reps: int = 5) -> dict:
                 return {}
             ranks = world
         else:
-            from .collectives import free_port
+            from .collectives import free_port, start
 
-            mp.spawn(
-                _worker,
-                args=(ranks, free_port(), outdir, backend, sizes, reps),
-                nprocs=ranks,
-                join=True,
-            )
+            start(_worker, (ranks, free_port(), outdir, backend, sizes, reps), ranks)
         return {"ranks": ranks, "times": json.loads(Path(outdir, "times.json").read_text())}
 
 

@@ -370,11 +370,19 @@ def _worker(rank, world, port, outdir, check):
         dist.destroy_process_group()
 
 
-def run(world: int, check=checks) -> list[dict]:
-    """Spawn ``world`` gloo ranks on 127.0.0.1, run ``check(rank, world)`` (a module-level function
-    returning JSON-ready data) on each, return their results."""
+def start(fn, args: tuple, ranks: int) -> None:
+    """``fn(rank, *args)`` in ``ranks`` new processes, until each returns (an exception in one is
+    raised here). They start from multiprocessing's fork server, as from a fresh interpreter; what
+    the server preloads (``multiprocessing.set_forkserver_preload``, torch for the tests) each
+    process has without importing it again."""
     import torch.multiprocessing as mp
 
+    mp.start_processes(fn, args=args, nprocs=ranks, join=True, start_method="forkserver")
+
+
+def run(world: int, check=checks) -> list[dict]:
+    """Start ``world`` gloo ranks on 127.0.0.1 (:func:`start`), run ``check(rank, world)`` (a
+    module-level function returning JSON-ready data) on each, return their results."""
     with tempfile.TemporaryDirectory() as outdir:
-        mp.spawn(_worker, args=(world, free_port(), outdir, check), nprocs=world, join=True)
+        start(_worker, (world, free_port(), outdir, check), world)
         return [json.loads(Path(outdir, f"{r}.json").read_text()) for r in range(world)]

@@ -238,17 +238,10 @@ def measure_ranks(model: Model, ranks: int, **kw) -> list[dict]:
     import dataclasses
     import tempfile
 
-    import torch.multiprocessing as mp
-
-    from .collectives import free_port
+    from .collectives import free_port, start
 
     with tempfile.TemporaryDirectory() as outdir:
-        mp.spawn(
-            _rank,
-            args=(ranks, free_port(), outdir, dataclasses.asdict(model), kw),
-            nprocs=ranks,
-            join=True,
-        )
+        start(_rank, (ranks, free_port(), outdir, dataclasses.asdict(model), kw), ranks)
         return [json.loads(Path(outdir, f"{r}.json").read_text()) for r in range(ranks)]
 
 
