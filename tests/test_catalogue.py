@@ -309,6 +309,7 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
         "memory.activations.quantized_copy.norm_output_sp",
         "memory.activations.quantized_copy.attention_output",
         "memory.activations.fp8_freed.mamba2_out_proj_input",
+        "pipeline.in_flight.interleaved_chunk",
     )
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]

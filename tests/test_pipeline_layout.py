@@ -97,3 +97,19 @@ def test_a_layout_of_the_longest_text_is_read():
     assert chunks(longest) == [longest]
     with pytest.raises(an.LayoutError, match="at most 10,000"):
         chunks(longest + "|")
+
+
+def test_a_stage_of_empty_chunks_holds_no_layers_activations():
+    """Llama 3 8B on 2 stages × 2 chunks, the second stage's chunks empty but for the loss: it holds
+    the loss's working set alone, as the last of 2 one-chunk stages holding no layer does under
+    1F1B."""
+
+    def last_stage(**layout):
+        plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(pp=2, dp=4, **layout), seq_len=4096,
+                       global_batch=64)
+        assert plan.layers_by_stage() == [32, 0]
+        return plan.memory_by_stage()[1].activations
+
+    assert last_stage(vpp=2, pipeline_layout="Et*16||t*16|L") == last_stage(
+        schedule="1f1b", pipeline_layout="Et*32|L"
+    )

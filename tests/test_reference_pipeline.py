@@ -3,6 +3,7 @@
 import pytest
 
 import analytic as an
+from analytic.plan.pipeline_layout import chunks
 from analytic.reference.pipeline_sim import simulate
 
 GRID = [(p, m) for p in (2, 4, 8) for m in (8, 16, 24)]
@@ -180,3 +181,23 @@ def test_a_plan_with_uneven_stages_moves_its_step_as_the_simulator(first, last, 
     else:
         assert want <= got <= want + compute / m * (max(work) - 1) * 1.01
     assert uneven.time_breakdown()["imbalance"] > 10 * even.time_breakdown()["imbalance"]
+
+
+@pytest.mark.parametrize(
+    "pp, vpp, layout",
+    [(8, 4, "Et|(tt|)*30mL"), (4, 2, "Et|t*14|t*4|t*12|t*12|t*4|t*14|mL")],
+)
+def test_a_layouts_stages_hold_the_chunks_in_flight_the_simulator_finds(pp, vpp, layout):
+    """DeepSeek-V3 in Megatron-Core's layouts, chunks of their own sizes: every stage but the last
+    (whose loss adds a working set of its own) holds the layer-microbatches the simulator finds in
+    flight on it at its peak, times one layer's kept activations (read off two stages)."""
+    plan = an.Plan("deepseek-v3", "gb200-nvl72",
+                   an.Layout(pp=pp, vpp=vpp, dp=32, ep=32, zero=1, pipeline_layout=layout),
+                   dtype="mxfp8", seq_len=4096, global_batch=1024)
+    layers = [c.count("t") for c in chunks(layout)]
+    layers[-1] += 1  # the MTP module's block
+    peak = simulate("interleaved", pp, plan.microbatches, v=vpp, layers=layers).peak_layers
+    held = [m.activations.to("byte").magnitude for m in plan.memory_by_stage()]
+    kept = (held[1] - held[2]) / (peak[1] - peak[2])
+    for k in range(pp - 1):
+        assert held[k] - held[1] == pytest.approx(kept * (peak[k] - peak[1]), rel=1e-12, abs=1)

@@ -50,6 +50,10 @@ def units_of(expr) -> Quantity:
             expr.args[0]
         ]
         return units_of(sympy.Add(*args, evaluate=False)) if len(args) > 1 else units_of(args[0])
+    if isinstance(expr, sympy.Mod):  # a remainder, in its operands' unit
+        a, b = (units_of(x) for x in expr.args)
+        b.to(a.units)
+        return a
     if isinstance(expr, sympy.Piecewise):
         units = [units_of(e) for e, _ in expr.args]
         for u in units[1:]:

@@ -219,6 +219,9 @@ _TABLE = [
     ),
     ("vpp", "v", "", "count", "virtual stages (model chunks) per pipeline rank"),
     ("stage", "k_s", "", "count0", "a pipeline stage's index, 0 for the first"),
+    ("chunk", "j_c", "", "count0", "a model chunk's index on its pipeline stage, 0 for the first"),
+    ("forwards", "n_F", "", "count0", "chunk forwards a pipeline stage has run"),
+    ("backwards", "n_B", "", "count0", "chunk backwards a pipeline stage has run"),
     (
         "gpus_per_node",
         "g",
@@ -524,6 +527,10 @@ REGISTRY: dict[str, SymbolInfo] = {
 _BY_DISPLAY = {info.display: info for info in REGISTRY.values()}
 
 
+#: keywords that are indices or step counts: integers from 0
+INDICES = ("stage", "chunk", "forwards", "backwards")
+
+
 @functools.cache
 def _symbols() -> tuple[dict, dict]:
     """(keyword → sympy symbol, symbol → declaration), made once."""
@@ -532,7 +539,7 @@ def _symbols() -> tuple[dict, dict]:
     by_keyword = {
         kw: (
             sympy.Symbol(i.display, integer=True, nonnegative=True)
-            if kw in CHOICES or kw == "stage"
+            if kw in CHOICES or kw in INDICES
             else sympy.Symbol(i.display, positive=True)
         )
         for kw, i in REGISTRY.items()

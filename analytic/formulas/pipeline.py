@@ -4,7 +4,7 @@ t_b is the input-gradient backward and t_w the weight-gradient backward (Qi et a
 full backward is t_b + t_w. DeepSeek-V3 writes B for the full backward; its expressions are
 rewritten here in Qi et al.'s letters."""
 
-from ..core.algebra import Eq, Max, Min, Mod, Piecewise
+from ..core.algebra import Eq, Max, Min, Mod, Piecewise, floor
 from ._catalogue import S, define
 
 p, m, v = S("pp", "microbatches", "vpp")
@@ -182,6 +182,33 @@ define(
     "microbatches of the lighter end chunk in flight on stage k at its peak, interleaved 1F1B",
     domain=(
         (k < p, "stage k is not one of the p stages (0 to p − 1)"),
+        (Eq(Mod(m, p), 0), "interleaved 1F1B needs the m microbatches to be a multiple of p"),
+    ),
+)
+j, n_f, n_b = S("chunk", "forwards", "backwards")
+
+
+def _run(passes, position):
+    """Microbatches of the stage's chunk ``position`` among its first ``passes`` chunk passes in
+    Megatron's interleaved order (p microbatches a chunk, chunk after chunk), at most m."""
+    group = p * v
+    return Min(m, p * floor(passes / group) + Min(p, Max(0, Mod(passes, group) - position * p)))
+
+
+define(
+    "pipeline.in_flight.interleaved_chunk",
+    _run(n_f, j) - _run(n_b, v - 1 - j),
+    "",
+    "derived from Megatron-LM's interleaved order (megatron/core/pipeline_parallel/schedules.py,"
+    " get_model_chunk_id): a stage's forwards run its chunks in groups of p microbatches, chunk"
+    " 0 to v − 1 and round again, and its backwards the same groups from chunk v − 1 down;"
+    " analytic.reference.pipeline_sim counts the same",
+    ("m a multiple of p, as the interleaved schedule needs",),
+    "microbatches of a stage's chunk j whose activations it holds after n_F chunk forwards and"
+    " n_B chunk backwards, interleaved 1F1B",
+    domain=(
+        (j < v, "chunk j is not one of the stage's v chunks (0 to v − 1)"),
+        (n_b <= n_f, "a chunk's backward follows its forward: n_B ≤ n_F"),
         (Eq(Mod(m, p), 0), "interleaved 1F1B needs the m microbatches to be a multiple of p"),
     ),
 )

@@ -538,8 +538,11 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
 
     chunks = at_most(count("interleaved_stage"), mb * v)
     interleaved = chunks * layers / v
+    laid = stage_split.chunk_blocks(inp)
+    if laid is not None and is_number(k):  # a layout's chunks, each of its own size
+        interleaved = _layout_in_flight(inp, laid[int(k)], count("interleaved_stage"))
     # an end stage's end chunk holds a layer fewer, its other chunks L/(p·v) + 1
-    if inp.layout.ends_as_layers:
+    elif inp.layout.ends_as_layers:
         end = Piecewise((1, Or(params["first"], params["last"])), (0, True))
         light = formula("pipeline.in_flight.interleaved_end_chunk").bind(
             {"pp": p, "vpp": v, "stage": k, "microbatches": mb}
@@ -554,6 +557,26 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
         (at_most(count("zb_h2"), mb) * layers, lay.schedule_is("zb-h2")),
         (at_most(count("dualpipe"), mb) * layers, True),
     )
+
+
+def _layout_in_flight(inp: Inputs, blocks: list[int], warm: Formula) -> Formula:
+    """Layer-microbatches a stage of chunks of ``blocks`` blocks each holds at its peak under
+    interleaved 1F1B: the most, over its steady-state steps s (one forward, then one backward,
+    after its ``warm`` warm-up forwards), of each chunk's blocks times its microbatches in flight
+    after the step's forward (pipeline.in_flight.interleaved_chunk). The steps repeat their
+    chunks every p·v; past the last forward the stage only frees."""
+    lay = inp.deg
+    f = formula("pipeline.in_flight.interleaved_chunk")
+    at = {"pp": lay.pp, "vpp": lay.vpp, "microbatches": inp.microbatches}
+    states = []
+    for step in range(int(lay.pp) * int(lay.vpp)):
+        held = [
+            f.bind({**at, "chunk": j, "forwards": warm.term + step, "backwards": step}) * n
+            for j, n in enumerate(blocks)
+            if n
+        ]
+        states.append(sum(held[1:], held[0]) if held else Formula("in_flight", 0, "", ""))
+    return composed("in_flight", Max(*(s.term for s in states)), "", warm, *states)
 
 
 def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formula, Formula]:

@@ -79,6 +79,23 @@ def stage_kinds(inp: Inputs, k, mtp: bool = True) -> dict:
     return {c: by_stage(k, [row[c] for row in rows]) for c in KINDS}
 
 
+def chunk_blocks(inp: Inputs) -> list[list[int]] | None:
+    """Blocks of each of stage k's chunks, first to last, for each stage: the layers a pipeline
+    layout places in chunk v·pp + k (a transformer's ``t``, a hybrid pattern's characters), the
+    MTP modules' blocks in the last stage's last chunk; None without a layout on a numeric
+    pipeline."""
+    text, lay = inp.layout.pipeline_layout, inp.deg
+    if text is None or not (is_number(lay.pp) and is_number(lay.vpp)):
+        return None
+    pp, vpp, segments = int(lay.pp), int(lay.vpp), chunks(text)
+    hybrid = inp.model.is_hybrid
+    rows = [
+        [len(c) if hybrid else c.count("t") for c in segments[k::pp]][:vpp] for k in range(pp)
+    ]
+    rows[-1][-1] += inp.model.mtp_layers
+    return rows
+
+
 def by_stage(k, values: list):
     """The value of stage ``k`` (a number or a term) of ``values``, one a stage: a number where
     all agree."""
@@ -90,5 +107,6 @@ def by_stage(k, values: list):
 
 
 __all__ = [
-    "KINDS", "by_stage", "held", "placed", "stage_counts", "stage_kinds", "stage_layers", "table"
+    "KINDS", "by_stage", "chunk_blocks", "held", "placed", "stage_counts", "stage_kinds",
+    "stage_layers", "table",
 ]
