@@ -537,7 +537,6 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
         return f + 1 if inp.layout.ep_overlap else f
 
     chunks = at_most(count("interleaved_stage"), mb * v)
-    interleaved = chunks * layers / v
     laid = stage_split.chunk_blocks(inp)
     if laid is not None and is_number(k):  # a layout's chunks, each of its own size
         interleaved = _layout_in_flight(inp, laid[int(k)], count("interleaved_stage"))
@@ -548,6 +547,8 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
             {"pp": p, "vpp": v, "stage": k, "microbatches": mb}
         )
         interleaved = chunks * (layers + end) / v - light
+    else:
+        interleaved = chunks * layers / v
     return cases(
         "held",
         "",

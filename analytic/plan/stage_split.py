@@ -87,11 +87,9 @@ def chunk_blocks(inp: Inputs) -> list[list[int]] | None:
     text, lay = inp.layout.pipeline_layout, inp.deg
     if text is None or not (is_number(lay.pp) and is_number(lay.vpp)):
         return None
-    pp, vpp, segments = int(lay.pp), int(lay.vpp), chunks(text)
+    pp, segments = int(lay.pp), chunks(text)
     hybrid = inp.model.is_hybrid
-    rows = [
-        [len(c) if hybrid else c.count("t") for c in segments[k::pp]][:vpp] for k in range(pp)
-    ]
+    rows = [[len(c) if hybrid else c.count("t") for c in segments[k::pp]] for k in range(pp)]
     rows[-1][-1] += inp.model.mtp_layers
     return rows
 
