@@ -68,6 +68,12 @@ def chunks(text) -> list[str]:
     return unrolled.split("|")
 
 
+def by_rank(parts: list[str], pp: int) -> list[list[str]]:
+    """Each of ``pp`` pipeline ranks' chunks of ``parts``, first to last: chunk i on rank i mod pp
+    as its virtual stage i div pp."""
+    return [parts[r::pp] for r in range(pp)]
+
+
 def stage_layers(parts: list[str], pp: int, vpp: int) -> tuple[int, int, int]:
     """(first, middle, last) pipeline ranks' transformer layers of a layout of ``pp`` × ``vpp``
     chunks, Megatron-Core's checks of it applied, and the model's: the embedding first, the loss
@@ -93,7 +99,7 @@ def stage_layers(parts: list[str], pp: int, vpp: int) -> tuple[int, int, int]:
             " of the last stage (Megatron-Core's standalone MTP stage on another rank is not"
             " modelled)"
         )
-    ranks = [sum(parts[v * pp + r].count("t") for v in range(vpp)) for r in range(pp)]
+    ranks = [sum(c.count("t") for c in own) for own in by_rank(parts, pp)]
     middle = set(ranks[1:-1])
     if len(middle) > 1:
         raise LayoutError(

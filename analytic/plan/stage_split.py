@@ -12,7 +12,7 @@ from ..core.algebra import Eq, Piecewise, ceiling
 from ..core.terms import ratio
 from ..core.values import is_number
 from .inputs import Inputs
-from .pipeline_layout import chunks
+from .pipeline_layout import by_rank, chunks
 
 #: the pattern's kinds of layer: attention, dense MLP, MoE, Mamba-2
 KINDS = ("*", "-", "E", "M")
@@ -48,8 +48,7 @@ def held(inp: Inputs) -> list[str]:
     pattern in order."""
     pp, pattern, text = int(inp.deg.pp), inp.model.layer_pattern, inp.layout.pipeline_layout
     if text is not None:
-        segments = chunks(text)
-        return ["".join(segments[v * pp + r] for v in range(int(inp.deg.vpp))) for r in range(pp)]
+        return ["".join(own) for own in by_rank(chunks(text), pp)]
     counts = stage_counts(inp, len(pattern))
     return [pattern[sum(counts[:j]) : sum(counts[: j + 1])] for j in range(pp)]
 
@@ -87,9 +86,11 @@ def chunk_blocks(inp: Inputs) -> list[list[int]] | None:
     text, lay = inp.layout.pipeline_layout, inp.deg
     if text is None or not (is_number(lay.pp) and is_number(lay.vpp)):
         return None
-    pp, segments = int(lay.pp), chunks(text)
     hybrid = inp.model.is_hybrid
-    rows = [[len(c) if hybrid else c.count("t") for c in segments[k::pp]] for k in range(pp)]
+    rows = [
+        [len(c) if hybrid else c.count("t") for c in own]
+        for own in by_rank(chunks(text), int(lay.pp))
+    ]
     rows[-1][-1] += inp.model.mtp_layers
     return rows
 
