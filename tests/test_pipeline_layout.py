@@ -5,7 +5,7 @@ makes."""
 import pytest
 
 import analytic as an
-from analytic.plan.pipeline_layout import MAX_TEXT, chunks, stage_layers
+from analytic.plan.pipeline_layout import MAX_TEXT, chunks, rank_layers
 
 KW = dict(seq_len=4096, global_batch=1024)
 
@@ -21,7 +21,7 @@ def test_chunk_i_runs_on_rank_i_mod_pp():
     """DeepSeek-V3's 61 layers on 8 stages × 4 chunks, 'Et|(tt|)*30mL': rank 0 holds chunks 0, 8,
     16, 24 (1 + 2 + 2 + 2 layers), rank 7 chunks 7, 15, 23, 31 (2 + 2 + 2 + 0, and the MTP block and
     the loss)."""
-    assert stage_layers(chunks("Et|(tt|)*30mL"), 8, 4) == (7, 8, 6)
+    assert rank_layers(chunks("Et|(tt|)*30mL"), 8, 4) == [7, 8, 8, 8, 8, 8, 8, 6]
     lay = an.Layout(pp=8, vpp=4, dp=32, ep=32, pipeline_layout="Et|(tt|)*30mL")
     assert (lay.first_stage_layers, lay.last_stage_layers, lay.uneven) == (7, 6, True)
 
@@ -67,13 +67,64 @@ def test_a_plan_of_a_layout_is_the_plan_of_its_stage_split():
         ("Et|(tt|)*30Lm", 8, 4, "the embedding \\(E\\) comes first and the loss \\(L\\) last"),
         ("Et|(tt|)*29tmL|", 8, 4, "last chunk of the last stage"),
         ("Ex|(tt|)*30mL", 8, 4, "'x' is no layer"),
-        ("Et|ttt|t|tt|(tt|)*27mL", 8, 4, "the middle stages hold"),
         ("(t" * 3000, 8, 4, "'\\(' is no layer"),
     ],
 )
 def test_a_layout_megatron_would_refuse_is_one_error(text, pp, vpp, message):
     with pytest.raises(an.LayoutError, match=message):
         an.Layout(pp=pp, vpp=vpp, dp=32, ep=32, pipeline_layout=text)
+
+
+#: Llama 3 8B's layer: Q and O 4096², K and V 4096 × 1024, a SwiGLU MLP 3 × 4096 × 14336, two
+#: RMSNorms of 4096 (its config.json)
+LLAMA3_8B_LAYER = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+
+
+def test_a_layouts_middle_stages_hold_their_own_layers():
+    """Llama 3 8B's 32 layers as 8, 10, 6 and 8 on 4 stages (1F1B): each middle stage holds its
+    own layers' BF16 weights (hand count) and the layer-microbatches 1F1B keeps in flight on it, p −
+    k of them (against the even layout's 8 a stage); the 10-layer stage sets the pace, at 10/8 of
+    an even middle stage's compute."""
+
+    def plan(text):
+        return an.Plan("llama3-8b", "h100-sxm", an.Layout(pp=4, dp=4, pipeline_layout=text),
+                       seq_len=4096, global_batch=64)
+
+    even, uneven = plan("Et*8|t*8|t*8|t*8L"), plan("Et*8|t*10|t*6|t*8L")
+    assert uneven.layers_by_stage() == [8, 10, 6, 8]
+    stages = uneven.memory_by_stage()
+    for k, layers in ((1, 10), (2, 6)):
+        assert stages[k].weights.to("byte").magnitude == 2 * layers * LLAMA3_8B_LAYER
+
+    def held(p):  # stage 1's activations over stage 2's
+        one, two = p.memory_by_stage()[1:3]
+        return (one.activations - two.activations).to("byte").magnitude
+
+    assert held(uneven) / held(even) == pytest.approx((3 * 10 - 2 * 6) / (3 * 8 - 2 * 8), 1e-12)
+    slowest = uneven.slowest_stage()
+    assert slowest["stage"] == 1
+    middle = even.value("time.stage.middle").to("s").magnitude
+    assert slowest["compute"].to("s").magnitude == pytest.approx(middle * 10 / 8, rel=1e-12)
+    assert uneven.step_time() > even.step_time()
+
+
+@pytest.mark.parametrize(
+    "layout", ["Et|t|t|t*12|t*13|t*13|t*13|t*7mL", "Et|t|t|t*12|t*13|t*12|t*14|t*7mL"]
+)
+def test_a_layouts_stages_hold_the_dense_layers_their_chunks_hold(layout):
+    """DeepSeek-V3's three dense layers in the first three chunks of 4 × 2, one on each of ranks
+    0, 1 and 2: the stages' weights (BF16, no TP or EP) add up to the model's parameters and its
+    MTP module's, and where ranks 0, 1 and 2 hold 14 layers each the first holds the embedding
+    (129,280 × 7,168, config.json) more than the second, which holds what the third does."""
+    m = an.model("deepseek-v3")
+    plan = an.Plan(m, "h100-sxm", an.Layout(pp=4, vpp=2, dp=8, pipeline_layout=layout),
+                   seq_len=4096, global_batch=64)
+    weights = [s.weights.to("byte").magnitude for s in plan.memory_by_stage()]
+    mtp = m.mtp_params_formula().value().to("parameter").magnitude
+    assert sum(weights) == pytest.approx(2 * (m.total_params + mtp), rel=1e-12)
+    if plan.layers_by_stage()[:3] == [14, 14, 14]:
+        assert weights[0] - weights[1] == pytest.approx(2 * 129_280 * 7_168, rel=1e-12)
+        assert weights[1] == pytest.approx(weights[2], rel=1e-12)
 
 
 def test_a_layout_must_place_the_models_layers_and_nothing_else():

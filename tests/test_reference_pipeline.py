@@ -185,7 +185,11 @@ def test_a_plan_with_uneven_stages_moves_its_step_as_the_simulator(first, last, 
 
 @pytest.mark.parametrize(
     "pp, vpp, layout",
-    [(8, 4, "Et|(tt|)*30mL"), (4, 2, "Et|t*14|t*4|t*12|t*12|t*4|t*14|mL")],
+    [
+        (8, 4, "Et|(tt|)*30mL"),
+        (4, 2, "Et|t*14|t*4|t*12|t*12|t*4|t*14|mL"),
+        (4, 2, "Et|t*16|t*4|t*12|t*10|t*4|t*14|mL"),  # middle stages of 20 and 18 layers
+    ],
 )
 def test_a_layouts_stages_hold_the_chunks_in_flight_the_simulator_finds(pp, vpp, layout):
     """DeepSeek-V3 in Megatron-Core's layouts, chunks of their own sizes: every stage but the last

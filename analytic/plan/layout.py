@@ -72,10 +72,10 @@ class Layout:
     ``pipeline_layout`` places the layers chunk by chunk in Megatron-Core's grammar
     (``--pipeline-model-parallel-layout``, :mod:`.pipeline_layout`): ``"Et|(tt|)*30mL"`` puts
     DeepSeek-V3's embedding and first layer in the first of 8 × 4 chunks, two layers in each of the
-    next 30, its MTP block and the loss in the last. It sets the first and last stages' layers (the
-    middle stages hold the same number, the MTP blocks sit in the last chunk); a stage's chunks are
-    timed as equal shares of it. A hybrid model's layout is its pattern with ``|`` between the
-    chunks, as Megatron-Core's ``--hybrid-layer-pattern`` marks them: each stage then holds the
+    next 30, its MTP block and the loss in the last. Each stage holds the layers of its chunks (its
+    memory and time follow them, the MTP blocks in the last chunk) and the first and last stages'
+    counts are set from it. A hybrid model's layout is its pattern with ``|`` between the chunks,
+    as Megatron-Core's ``--hybrid-layer-pattern`` marks them: each stage then holds the
     segments it is given, however many layers of each kind.
 
     ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each
@@ -280,7 +280,7 @@ class Layout:
     def _read_pipeline_layout(self) -> None:
         """The first and last stages' layers the layout gives (Megatron-Core's checks of it
         applied)."""
-        from .pipeline_layout import chunks, is_hybrid, stage_layers
+        from .pipeline_layout import chunks, is_hybrid, rank_layers
 
         if not (is_number(self.pp) and is_number(self.vpp)):
             raise LayoutError("pipeline_layout: needs numeric pp and vpp, whose chunks it fills")
@@ -302,7 +302,8 @@ class Layout:
                     " the stages' layers (Megatron-Core's select_pipeline_segment)"
                 )
             return
-        first, _, last = stage_layers(parts, self.pp, self.vpp)
+        ranks = rank_layers(parts, self.pp, self.vpp)
+        first, last = ranks[0], ranks[-1]
         if self.pp < 2:
             return
         for k, n in (("first_stage_layers", first), ("last_stage_layers", last)):

@@ -406,11 +406,14 @@ def stage_params(inp: Inputs, k) -> dict:
     is_first, is_last = Eq(k, 0), Eq(k, lay.pp - 1)
     layers = Piecewise((first_n, is_first), (last_n, is_last), (middle, True))
     start = Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
-    own = None
+    own = dense = None
     if stage_split.placed(inp):  # a hybrid stage's own layers
         own = stage_split.stage_kinds(inp, k, mtp=False)
         layers = stage_split.by_stage(k, [len(h) for h in stage_split.held(inp)])
-    rest, experts = m.stage_params_formulas(start, layers, is_first, is_last, own)
+    laid = stage_split.laid(inp)
+    if laid is not None:  # a pipeline layout's stage: its chunks' layers
+        layers, dense = (stage_split.by_stage(k, counts) for counts in laid)
+    rest, experts = m.stage_params_formulas(start, layers, is_first, is_last, own, dense)
     dense_local, expert_local = rest / lay.tp, experts / (lay.etp * lay.ep)
     return {
         "kinds": stage_split.stage_kinds(inp, k) if own is not None else None,
@@ -741,7 +744,7 @@ def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
 def fullest_candidates(inp: Inputs) -> tuple:
     """The stages one of which holds the most memory (:func:`worst` says why)."""
     p = inp.deg.pp
-    if stage_split.placed(inp):
+    if stage_split.placed(inp) or inp.layout.pipeline_layout is not None:
         return tuple(range(int(p)))
     return (0, Min(1, p - 1, decide=True), p - 1)
 
@@ -749,10 +752,10 @@ def fullest_candidates(inp: Inputs) -> tuple:
 def worst(inp: Inputs, parts: dict, stage_of=None) -> dict:
     """The parts of the stage with the most memory per GPU: the first, the second (which holds one
     microbatch fewer than the first, without the embedding) or the last. Later middle stages hold
-    fewer microbatches' activations and the same states, so one of these three is the worst; a
-    hybrid model's stages hold layers of their own, and each counts. Its ``host`` is the most host
-    memory any stage's offloaded activations and optimizer take. ``stage_of(k)``: stage ``k``'s
-    parts (default :func:`stage`; a plan's, kept per stage)."""
+    fewer microbatches' activations and the same states, so one of these three is the worst; the
+    stages of a hybrid model or a pipeline layout hold layers of their own, and each counts. Its
+    ``host`` is the most host memory any stage's offloaded activations and optimizer take.
+    ``stage_of(k)``: stage ``k``'s parts (default :func:`stage`; a plan's, kept per stage)."""
     stage_of = stage_of or (lambda k: stage(inp, k, parts))
     stages = [stage_of(k) for k in fullest_candidates(inp)]
     keys = [s["total"].term for s in stages]

@@ -68,17 +68,16 @@ def chunks(text) -> list[str]:
     return unrolled.split("|")
 
 
-def by_rank(parts: list[str], pp: int) -> list[list[str]]:
+def by_rank(parts: list, pp: int) -> list[list]:
     """Each of ``pp`` pipeline ranks' chunks of ``parts``, first to last: chunk i on rank i mod pp
     as its virtual stage i div pp."""
     return [parts[r::pp] for r in range(pp)]
 
 
-def stage_layers(parts: list[str], pp: int, vpp: int) -> tuple[int, int, int]:
-    """(first, middle, last) pipeline ranks' transformer layers of a layout of ``pp`` × ``vpp``
+def rank_layers(parts: list[str], pp: int, vpp: int) -> list[int]:
+    """Each pipeline rank's transformer layers, first to last, of a layout of ``pp`` × ``vpp``
     chunks, Megatron-Core's checks of it applied, and the model's: the embedding first, the loss
-    last, each once; MTP blocks after the layers, all in the last chunk of the last rank; the middle
-    ranks alike."""
+    last, each once; MTP blocks after the layers, all in the last chunk of the last rank."""
     if len(parts) != pp * vpp:
         raise LayoutError(
             f"pipeline_layout: {len(parts)} chunks, not pp {pp} × vpp {vpp} = {pp * vpp}"
@@ -99,14 +98,7 @@ def stage_layers(parts: list[str], pp: int, vpp: int) -> tuple[int, int, int]:
             " of the last stage (Megatron-Core's standalone MTP stage on another rank is not"
             " modelled)"
         )
-    ranks = [sum(c.count("t") for c in own) for own in by_rank(parts, pp)]
-    middle = set(ranks[1:-1])
-    if len(middle) > 1:
-        raise LayoutError(
-            f"pipeline_layout: the middle stages hold {', '.join(map(str, ranks[1:-1]))} layers; "
-            "stages other than the first and the last are counted alike"
-        )
-    return ranks[0], middle.pop() if middle else ranks[0], ranks[-1]
+    return [sum(c.count("t") for c in own) for own in by_rank(parts, pp)]
 
 
 def layer_counts(text) -> tuple[int, int]:

@@ -8,6 +8,8 @@ with pp a symbol a stage holds the pattern's mean layer."""
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from ..core.algebra import Eq, Piecewise, ceiling
 from ..core.terms import ratio
 from ..core.values import is_number
@@ -20,11 +22,14 @@ KINDS = ("*", "-", "E", "M")
 
 def stage_layers(inp: Inputs, layers=None) -> tuple:
     """(first, middle, last) stages' layer counts of the model's ``layers`` (default: its count):
-    the layout's uneven split (with the ends counted as layers, (L + 2)/p a stage, the two ends a
-    layer fewer), or ⌈L/p⌉ each (where p does not divide L some stage holds that many, and the
-    stages are counted as the fullest)."""
+    a pipeline layout's (the fullest middle stage's), the layout's uneven split (with the ends
+    counted as layers, (L + 2)/p a stage, the two ends a layer fewer), or ⌈L/p⌉ each (where p does
+    not divide L some stage holds that many, and the stages are counted as the fullest)."""
     lay = inp.deg
     layers = inp.model.layers if layers is None else layers
+    own = laid(inp)
+    if own is not None and len(own[0]) > 2:  # the fullest middle stage
+        return own[0][0], max(own[0][1:-1]), own[0][-1]
     if inp.layout.ends_as_layers:
         per = ratio(layers + 2, lay.pp)
         return per - 1, per, per - 1
@@ -35,6 +40,22 @@ def stage_layers(inp: Inputs, layers=None) -> tuple:
         return first, 0, last
     middle = ceiling(ratio(layers - sum(given), rest))
     return (middle if first is None else first, middle, middle if last is None else last)
+
+
+def laid(inp: Inputs) -> tuple[list[int], list[int]] | None:
+    """A transformer's pipeline layout, stage by stage, first to last: (its layers, the dense ones
+    among them: the model's first ``dense_layers`` in the layout's order); None without a layout,
+    or for a hybrid model (:func:`held`)."""
+    text, m = inp.layout.pipeline_layout, inp.model
+    if text is None or m.is_hybrid:
+        return None
+    sizes = [c.count("t") for c in chunks(text)]
+    dense = sizes
+    if m.is_moe:
+        starts = accumulate(sizes[:-1], initial=0)
+        dense = [max(0, min(m.dense_layers - s, n)) for s, n in zip(starts, sizes)]
+    pp = int(inp.deg.pp)
+    return [sum(own) for own in by_rank(sizes, pp)], [sum(own) for own in by_rank(dense, pp)]
 
 
 def placed(inp: Inputs) -> bool:
@@ -54,7 +75,11 @@ def held(inp: Inputs) -> list[str]:
 
 
 def stage_counts(inp: Inputs, layers=None) -> list[int]:
-    """:func:`stage_layers` for each stage of a numeric pipeline, first to last."""
+    """:func:`stage_layers` for each stage of a numeric pipeline, first to last (a pipeline
+    layout's own)."""
+    own = laid(inp)
+    if own is not None:
+        return own[0]
     first, middle, last = (int(n) for n in stage_layers(inp, layers))
     pp = int(inp.deg.pp)
     return [first] if pp == 1 else [first, *[middle] * (pp - 2), last]
@@ -106,6 +131,6 @@ def by_stage(k, values: list):
 
 
 __all__ = [
-    "KINDS", "by_stage", "chunk_blocks", "held", "placed", "stage_counts", "stage_kinds",
+    "KINDS", "by_stage", "chunk_blocks", "held", "laid", "placed", "stage_counts", "stage_kinds",
     "stage_layers", "table",
 ]

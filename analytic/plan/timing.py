@@ -75,8 +75,11 @@ def _hybrid_stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
 
 def middle_stage(inp: Inputs) -> int:
     """The index of the middle stage :func:`stage_times` counts, for a numeric pipeline: the second,
-    or a hybrid model's slowest middle stage."""
-    pp = int(inp.deg.pp)
+    a pipeline layout's fullest middle stage, or a hybrid model's slowest."""
+    pp, laid = int(inp.deg.pp), stage_split.laid(inp)
+    if laid is not None and pp > 3:  # a pipeline layout's fullest middle stage
+        middle = laid[0][1:-1]
+        return 1 + middle.index(max(middle))
     if not stage_split.placed(inp) or pp < 4:
         return min(1, pp - 1)
     from .ops import stage_compute

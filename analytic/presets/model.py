@@ -585,10 +585,11 @@ class Model:
         )
 
     def stage_params_formulas(
-        self, start, layers, first, last, kinds=None
+        self, start, layers, first, last, kinds=None, dense=None
     ) -> tuple[Formula, Formula]:
         """(parameters outside the routed experts, routed-expert parameters) of a pipeline stage
-        holding ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense); a
+        holding ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense), or
+        ``dense`` of them dense where given (a pipeline layout's stage of several chunks); a
         hybrid model's ``kinds`` (pattern character → layers of it on the stage; None: the
         pattern's mean layer on every stage). ``first`` and ``last`` (booleans or sympy
         conditions) add the embedding and learned positions, and the final norm, the output layer
@@ -605,11 +606,12 @@ class Model:
             rest, experts = (per_layer * layers for per_layer in self._hybrid_mean_layer())
         else:
             layer, mlp, moe = self._layer_parts(active=False)
-            dense = (
-                Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True)
-                if self.is_moe
-                else layers
-            )
+            if dense is None:
+                dense = (
+                    Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True)
+                    if self.is_moe
+                    else layers
+                )
             routed = (
                 self.routed_experts_formula() if self.is_moe else Formula("0", 0, "parameter", "")
             )
