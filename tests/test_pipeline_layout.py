@@ -109,22 +109,47 @@ def test_a_layouts_middle_stages_hold_their_own_layers():
 
 
 @pytest.mark.parametrize(
-    "layout", ["Et|t|t|t*12|t*13|t*13|t*13|t*7mL", "Et|t|t|t*12|t*13|t*12|t*14|t*7mL"]
+    "model, layout, layers",
+    [
+        ("llama3-8b", "Et*8|t*6|t*10|t*8L", [8, 6, 10, 8]),
+        ("deepseek-v3", "Et*13|t*14|t*20|t*14mL", [13, 14, 20, 14]),
+    ],
 )
-def test_a_layouts_stages_hold_the_dense_layers_their_chunks_hold(layout):
+def test_the_fullest_middle_stage_sets_the_pace_wherever_it_is(model, layout, layers):
+    """A layout's fullest middle stage, here the third, sets the pace: its compute is its layers'
+    share of the first stage's (DeepSeek-V3's first stage holds all three dense layers)."""
+    plan = an.Plan(model, "h100-sxm", an.Layout(pp=4, dp=8, pipeline_layout=layout),
+                   seq_len=4096, global_batch=64)
+    assert plan.layers_by_stage() == layers and plan.slowest_stage()["stage"] == 2
+    first, middle = (plan.value(f"time.stage.{k}").to("s").magnitude for k in ("first", "middle"))
+    assert middle / first == pytest.approx(layers[2] / layers[0], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "layout, layers",
+    [
+        ("Et|t|t|t*12|t*13|t*13|t*13|t*7mL", [14, 14, 14, 19]),
+        ("Et|t|t|t*12|t*13|t*12|t*14|t*7mL", [14, 13, 15, 19]),
+    ],
+)
+def test_a_layouts_stages_hold_the_dense_layers_their_chunks_hold(layout, layers):
     """DeepSeek-V3's three dense layers in the first three chunks of 4 × 2, one on each of ranks
     0, 1 and 2: the stages' weights (BF16, no TP or EP) add up to the model's parameters and its
     MTP module's, and where ranks 0, 1 and 2 hold 14 layers each the first holds the embedding
-    (129,280 × 7,168, config.json) more than the second, which holds what the third does."""
+    (129,280 × 7,168, config.json) more than the second, which holds what the third does. The
+    fullest middle stage's compute is its layers' share of the first's."""
     m = an.model("deepseek-v3")
     plan = an.Plan(m, "h100-sxm", an.Layout(pp=4, vpp=2, dp=8, pipeline_layout=layout),
                    seq_len=4096, global_batch=64)
+    assert plan.layers_by_stage() == layers
     weights = [s.weights.to("byte").magnitude for s in plan.memory_by_stage()]
     mtp = m.mtp_params_formula().value().to("parameter").magnitude
     assert sum(weights) == pytest.approx(2 * (m.total_params + mtp), rel=1e-12)
-    if plan.layers_by_stage()[:3] == [14, 14, 14]:
+    if layers[:3] == [14, 14, 14]:
         assert weights[0] - weights[1] == pytest.approx(2 * 129_280 * 7_168, rel=1e-12)
         assert weights[1] == pytest.approx(weights[2], rel=1e-12)
+    first, middle = (plan.value(f"time.stage.{k}").to("s").magnitude for k in ("first", "middle"))
+    assert middle / first == pytest.approx(max(layers[1:-1]) / layers[0], rel=1e-12)
 
 
 def test_a_layout_must_place_the_models_layers_and_nothing_else():

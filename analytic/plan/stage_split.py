@@ -52,7 +52,7 @@ def laid(inp: Inputs) -> tuple[list[int], list[int]] | None:
     sizes = [c.count("t") for c in chunks(text)]
     dense = sizes
     if m.is_moe:
-        starts = accumulate(sizes[:-1], initial=0)
+        starts = accumulate(sizes, initial=0)
         dense = [max(0, min(m.dense_layers - s, n)) for s, n in zip(starts, sizes)]
     pp = int(inp.deg.pp)
     return [sum(own) for own in by_rank(sizes, pp)], [sum(own) for own in by_rank(dense, pp)]
