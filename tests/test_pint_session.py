@@ -171,3 +171,29 @@ def test_an_application_registry_that_means_otherwise_fails_no_import_and_is_ref
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "refused True"
+
+
+@pytest.mark.parametrize("flags", [{}, {"force_ndarray_like": True}, {"force_ndarray": True}])
+def test_a_plans_quantities_are_what_pints_constructor_makes(flags):
+    """pint_quantity sets a float on a new Quantity: the same type, registry, magnitude bits and
+    units as pint's constructor gives, converting, combining and pickling alike; where the registry
+    forces arrays, the constructor's arrays."""
+    from analytic.core.registry import pint_quantity, pint_units
+    from analytic.core.units import Unit
+
+    mine = pint.UnitRegistry(**flags)
+    try:
+        an.use_registry(mine)
+        for text in ("GB", "TFLOP/s", "s", "GB/s"):
+            items = Unit.of(text).items
+            for v in (0.1, 1.0e200, -0.0, 3):
+                ours, theirs = pint_quantity(v, items), mine.Quantity(v, pint_units(items))
+                assert type(ours) is type(theirs) and ours._REGISTRY is mine
+                assert type(ours.magnitude) is type(theirs.magnitude)
+                assert repr(ours.magnitude) == repr(theirs.magnitude)
+                assert ours.units == theirs.units and ours.to_base_units() == theirs.to_base_units()
+                assert ours + theirs == 2 * theirs and pickle.loads(pickle.dumps(ours)) == theirs
+            nan = pint_quantity(float("nan"), items)
+            assert nan.units == theirs.units and str(nan.magnitude) == "nan"
+    finally:
+        an.use_registry(None)

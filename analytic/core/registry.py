@@ -23,6 +23,8 @@ _DEFINED: weakref.WeakSet = weakref.WeakSet()  # registries the library's units 
 # registry → {units.txt name: its name}
 _NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _UNITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → {items: its Unit}
+# registry → whether its Quantity is pint's own, whose constructor :func:`pint_quantity` follows
+_PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # (a weak reference to the registry last in use, its units): each quantity finds them at once
 _LAST: tuple = (lambda: None, {})
 
@@ -66,6 +68,8 @@ def _in_use() -> tuple:
                     _count_context(real)
                     _DEFINED.add(real)
                     _NAMES[real], _UNITS[real] = {}, {}
+                    plain = pint.facets.plain.PlainQuantity.__new__
+                    _PLAIN[real] = real.Quantity.__new__ is plain
         made = _UNITS[real]
         _LAST = weakref.ref(real), made
     return ureg, real, made
@@ -78,9 +82,21 @@ def pint_units(items: tuple):
 
 
 def pint_quantity(magnitude, items: tuple):
-    """pint's Quantity of ``magnitude`` in :func:`pint_units` ``items``, in the registry in use."""
+    """pint's Quantity of ``magnitude`` in :func:`pint_units` ``items``, in the registry in use. A
+    float is set on a new Quantity as pint's constructor sets it (tests/test_pint_session.py holds
+    the two alike), without the checks a float in the registry's own unit does not need: a plan's
+    memory gives a dozen quantities, 4 µs each through the constructor."""
     _, real, made = _in_use()
-    return real.Quantity(magnitude, made.get(items) or _units_in(real, made, items))
+    unit = made.get(items) or _units_in(real, made, items)
+    if (
+        type(magnitude) is float
+        and _PLAIN[real]
+        and not (real.force_ndarray or real.force_ndarray_like)
+    ):
+        q = object.__new__(real.Quantity)
+        q._magnitude, q._units = magnitude, unit._units
+        return q
+    return real.Quantity(magnitude, unit)
 
 
 def _units_in(real, made: dict, items: tuple):
