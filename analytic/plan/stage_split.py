@@ -23,8 +23,8 @@ KINDS = ("*", "-", "E", "M")
 def stage_layers(inp: Inputs, layers=None) -> tuple:
     """(first, middle, last) stages' layer counts of the model's ``layers`` (default: its count):
     a pipeline layout's (the fullest middle stage's), the layout's uneven split (with the ends
-    counted as layers, (L + 2)/p a stage, the two ends a layer fewer), or ⌈L/p⌉ each (where p does
-    not divide L some stage holds that many, and the stages are counted as the fullest)."""
+    counted as layers, (L + 2)/p a stage, the two ends a layer fewer), or ⌈L/p⌉ each (where p
+    does not divide L some stage holds that many, and the stages are counted as the fullest)."""
     lay = inp.deg
     layers = inp.model.layers if layers is None else layers
     own = laid(inp)
