@@ -189,3 +189,20 @@ def test_a_stage_of_empty_chunks_holds_no_layers_activations():
     assert last_stage(vpp=2, pipeline_layout="Et*16||t*16|L") == last_stage(
         schedule="1f1b", pipeline_layout="Et*32|L"
     )
+
+
+def test_a_layouts_dense_layers_a_symbol():
+    """DeepSeek-V3 with its count of dense layers a symbol: each stage's weights are an expression
+    in it, equal at 3 to the plan of the preset, and its numbers name the free symbol."""
+    layout = an.Layout(pp=4, vpp=2, dp=8, pipeline_layout="Et|t|t|t*12|t*13|t*12|t*14|t*7mL")
+    dense = an.sym("layers")
+    free = an.Plan(an.model("deepseek-v3").replace(dense_layers=dense), "h100-sxm", layout,
+                   seq_len=4096, global_batch=64)
+    preset = an.Plan("deepseek-v3", "h100-sxm", layout, seq_len=4096, global_batch=64)
+    for k in range(4):
+        expr = free.expr("memory.weights", stage=k).expr
+        assert expr.free_symbols <= {dense}
+        want = preset.memory(stage=k).weights.to("byte").magnitude
+        assert float(expr.subs(dense, 3)) == pytest.approx(want, rel=1e-12)
+    with pytest.raises(an.FreeSymbolError, match="layers"):
+        free.memory()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from ..core.algebra import Eq, Piecewise, ceiling
+from ..core.algebra import Eq, Max, Min, Piecewise, ceiling
 from ..core.terms import ratio
 from ..core.values import is_number
 from .inputs import Inputs
@@ -53,7 +53,10 @@ def laid(inp: Inputs) -> tuple[list[int], list[int]] | None:
     dense = sizes
     if m.is_moe:
         starts = accumulate(sizes, initial=0)
-        dense = [max(0, min(m.dense_layers - s, n)) for s, n in zip(starts, sizes)]
+        dense = [
+            Max(0, Min(m.dense_layers - s, n, decide=True), decide=True)
+            for s, n in zip(starts, sizes)
+        ]
     pp = int(inp.deg.pp)
     return [sum(own) for own in by_rank(sizes, pp)], [sum(own) for own in by_rank(dense, pp)]
 
