@@ -444,8 +444,8 @@ class Plan:
             parts = {k: self.value(f"memory.{k}") for k in (*MEMORY_PARTS, "total", "host")}
             from . import memory
 
-            one = self._numeric_pp() == 1  # the only stage
-            fullest = [0] if one else sorted({int(k) for k in memory.fullest_candidates(self._in)})
+            self._numeric_pp()
+            fullest = sorted({int(k) for k in memory.fullest_candidates(self._in)})
             worst = fullest[0] if len(fullest) == 1 else max(fullest, key=self._stage_total)
         else:
             worst = count("stage", stage, minimum=0, allow_symbol=False)

@@ -743,7 +743,7 @@ def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
 
 def fullest_candidates(inp: Inputs) -> tuple:
     """The stages one of which holds the most memory (:func:`worst` says why)."""
-    p = inp.deg.pp
+    p = inp.layout.pp if type(inp.layout.pp) is int else inp.deg.pp  # a number: no Degrees built
     if stage_split.placed(inp) or inp.layout.pipeline_layout is not None:
         return tuple(range(int(p)))
     return (0, Min(1, p - 1, decide=True), p - 1)

@@ -46,10 +46,10 @@ def laid(inp: Inputs) -> tuple[list[int], list[int]] | None:
     """A transformer's pipeline layout, stage by stage, first to last: (its layers, the dense ones
     among them: the model's first ``dense_layers`` in the layout's order); None without a layout,
     or for a hybrid model (:func:`held`)."""
-    text, m = inp.layout.pipeline_layout, inp.model
-    if text is None or m.is_hybrid:
+    m = inp.model
+    if inp.layout.pipeline_layout is None or m.is_hybrid:
         return None
-    sizes = [c.count("t") for c in chunks(text)]
+    sizes = _chunk_layers(inp)
     dense = sizes
     if m.is_moe:
         starts = accumulate(sizes, initial=0)
@@ -59,6 +59,13 @@ def laid(inp: Inputs) -> tuple[list[int], list[int]] | None:
         ]
     pp = int(inp.deg.pp)
     return [sum(own) for own in by_rank(sizes, pp)], [sum(own) for own in by_rank(dense, pp)]
+
+
+def _chunk_layers(inp: Inputs) -> list[int]:
+    """Layers of each of the pipeline layout's chunks, in Megatron's order: a transformer's ``t``,
+    a hybrid pattern's characters."""
+    hybrid = inp.model.is_hybrid
+    return [len(c) if hybrid else c.count("t") for c in chunks(inp.layout.pipeline_layout)]
 
 
 def placed(inp: Inputs) -> bool:
@@ -111,14 +118,10 @@ def chunk_blocks(inp: Inputs) -> list[list[int]] | None:
     layout places in chunk v·pp + k (a transformer's ``t``, a hybrid pattern's characters), the
     MTP modules' blocks in the last stage's last chunk; None without a layout on a numeric
     pipeline."""
-    text, lay = inp.layout.pipeline_layout, inp.deg
-    if text is None or not (is_number(lay.pp) and is_number(lay.vpp)):
+    lay = inp.deg
+    if inp.layout.pipeline_layout is None or not (is_number(lay.pp) and is_number(lay.vpp)):
         return None
-    hybrid = inp.model.is_hybrid
-    rows = [
-        [len(c) if hybrid else c.count("t") for c in own]
-        for own in by_rank(chunks(text), int(lay.pp))
-    ]
+    rows = by_rank(_chunk_layers(inp), int(lay.pp))
     rows[-1][-1] += inp.model.mtp_layers
     return rows
 
