@@ -173,13 +173,19 @@ def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp
 def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
-    lay = draw(
-        layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain)
-    )
-    # what the platform's stack runs (Plan's rules): selective recomputation where modelled, its
-    # highest ZeRO stage
+    # what the platform's stack runs (Plan's rules): its schedules, selective recomputation where
+    # modelled, its highest ZeRO stage
     name = default_stack(hw.platform)
     props = _stack(name)
+    lay = draw(
+        layouts(
+            gpus=gpus,
+            model=m,
+            max_tp=hw.scale_up_domain,
+            schedules=props.get("schedules", SCHEDULES),
+            scale_up_domain=hw.scale_up_domain,
+        )
+    )
     if lay.recompute == "selective" and selective_refusal(
         name, props.get("selective"), m, bool(props["attention"])
     ):

@@ -59,7 +59,7 @@ def test_step_moe_story(capsys):
     code, out, err = run(
         capsys, "step", "--model", "deepseek-v3", "--hardware", "h800", "--gpus", "2048", "--pp",
         "16", "--ep", "64", "--zero", "1", "--seq", "4096", "--global-batch", "15360", "--dtype",
-        "fp8", "--schedule", "dualpipe",
+        "fp8", "--schedule", "dualpipe", "--stack", "hai-llm",
     )
     assert code == 0, err
     assert "dp=128" in out and "two-level" in out
@@ -283,39 +283,45 @@ def test_plan_and_search_read_a_batch_as_the_cli_does(tmp_path, monkeypatch):
 
 def test_search_405b_beats_the_published_layout(capsys):
     """The issue's command: a ranked table of fitting layouts, fastest first, whose best is at least
-    as fast (by the model) as Llama 3's TP8 PP16 DP128 (interleaved, the paper's schedule, or
-    1F1B)."""
+    as fast (by the model) as Llama 3's TP8 PP16 DP128 under 1F1B; with --ends-as-layers (126
+    layers and the two ends over 16 × 2 chunks, the split the paper's interleaved schedule needs on
+    Megatron-Core) at least as fast as that layout interleaved, and its rows are their plans'."""
     import analytic as an
 
     argv = (
         "search --model llama3-405b --hardware h100-sxm --gpus 16384 --seq 8192 --batch-tokens 16M"
         " --top 5"
     ).split()
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    res = json.loads(out)
-    times = [r["step_time_s"] for r in res["ranked"]]
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     hbm = hw.hbm.to("GB").magnitude
-    assert (
-        len(times) == 5
-        and times == sorted(times)
-        and all(r["memory_GB"] <= hbm for r in res["ranked"])
-    )
-    # interleaved: 126 layers and the ends over 16 × 2 chunks
-    for schedule, vpp in (("interleaved", 2), ("1f1b", 1)):
+    for ends, (schedule, vpp) in ((False, ("1f1b", 1)), (True, ("interleaved", 2))):
+        code, out, err = run(capsys, *argv, "--json", *(["--ends-as-layers"] if ends else []))
+        assert code == 0, err
+        res = json.loads(out)
+        times = [r["step_time_s"] for r in res["ranked"]]
+        assert (
+            len(times) == 5
+            and times == sorted(times)
+            and all(r["memory_GB"] <= hbm for r in res["ranked"])
+            and all(r["ends_as_layers"] is ends for r in res["ranked"])
+        )
+        lay = dict(tp=8, pp=16, dp=128, zero=1, sequence_parallel=True)
         published = an.Plan(
-            m,
-            hw,
-            an.Layout(
-                tp=8, pp=16, dp=128, zero=1, sequence_parallel=True, schedule=schedule, vpp=vpp,
-                ends_as_layers=vpp > 1,
-            ),
-            seq_len=8192,
-            global_batch=2048,
+            m, hw, an.Layout(**lay, schedule=schedule, vpp=vpp, ends_as_layers=ends),
+            seq_len=8192, global_batch=2048,
         )
         assert times[0] <= published.step_time().to("s").magnitude
-    code, out, err = run(capsys, *argv)
+        best = res["ranked"][0]
+        plan = an.Plan(
+            m, hw,
+            an.Layout(
+                **{k: best[k] for k in ("tp", "cp", "pp", "dp", "vpp", "zero", "schedule")},
+                recompute=best["recompute"], sequence_parallel=best["tp"] > 1, ends_as_layers=ends,
+            ),
+            seq_len=8192, global_batch=2048, microbatch_size=best["microbatch_size"],
+        )
+        assert times[0] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+    code, out, err = run(capsys, *argv, "--ends-as-layers")
     line = (
         f"{res['evaluated']:,} layouts evaluated, {res['fitting']:,} fit at their predicted peak in"
         " 85.52 GB with 1.859 GB outside"
@@ -333,7 +339,7 @@ def test_step_comm_sms(capsys):
     count the GPU does not have is one line and exit 2."""
     argv = (
         "step --model deepseek-v3 --hardware h800 --gpus 2048 --pp 16 --ep 64 --zero 1 --schedule"
-        " dualpipe --seq 4096 --global-batch 15360 --dtype fp8 --json"
+        " dualpipe --stack hai-llm --seq 4096 --global-batch 15360 --dtype fp8 --json"
     ).split()
     code, out, err = run(capsys, *argv)
     assert code == 0, err
@@ -390,7 +396,7 @@ def test_step_zero3_gather(capsys):
 
 def _layout(row: dict) -> an.Layout:
     """The Layout of a search or codesign row: its degrees and choices as the JSON gives them."""
-    keys = ("tp", "pp", "dp", "cp", "zero", "recompute", "schedule", "sequence_parallel")
+    keys = ("tp", "pp", "dp", "cp", "vpp", "zero", "recompute", "schedule", "sequence_parallel")
     return an.Layout(**{k: row[k] for k in keys if k in row})
 
 
@@ -1105,8 +1111,6 @@ def test_memory_with_deepseek_v3s_savers(capsys):
         "64",
         "--zero",
         "1",
-        "--schedule",
-        "dualpipe",
         "--seq",
         "4096",
         "--global-batch",
@@ -1137,8 +1141,10 @@ def test_memory_with_deepseek_v3s_savers(capsys):
         "--first-stage-layers", "3", "--last-stage-layers", "2",
     )
     stages = json.loads(out)["stages"]
-    worst = max(s["total"] for s in stages)
-    assert code == 0 and [s["stage"] for s in stages if s["total"] == worst] == [0, 15]
+    # 3 dense layers on the first stage, 2 on the last, 4 on each other; under 1F1B the second
+    # stage's 4 MoE layers with 15 microbatches in flight hold the most
+    assert code == 0 and [s["layers"] for s in stages] == [3] + [4] * 14 + [2]
+    assert max(stages, key=lambda s: s["total"])["stage"] == 1
     code, out, _ = run(
         capsys, "memory", *flags, *savers, "--first-stage-layers", "3", "--last-stage-layers", "2"
     )
@@ -1224,10 +1230,13 @@ def test_memory_with_the_ends_counted_as_layers(capsys):
     assert max(stages, key=lambda s: s["total"])["stage"] == 1
     code, _, err = run(capsys, "memory", *flags, "--vpp", "3", "--ends-as-layers")
     assert code == 2 and "ends_as_layers" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run(
-        capsys, "search", *flags[:4], "--gpus", "8192", *flags[-4:], "--ends-as-layers"
+    code, out, err = run(
+        capsys, "search", *flags[:4], "--gpus", "8192", *flags[-4:], "--ends-as-layers", "--json"
     )
-    assert code == 2 and "--ends-as-layers" in err
+    rows = json.loads(out)["ranked"]
+    assert code == 0 and rows and all(r["ends_as_layers"] for r in rows)
+    # 126 layers and the ends: 128 slots, so a power of two of stages × chunks
+    assert all(128 % (r["pp"] * r["vpp"]) == 0 and r["pp"] > 1 for r in rows)
 
 
 def test_outside_bytes_replaces_the_least_measured(capsys):
@@ -1878,9 +1887,9 @@ def test_a_closed_standard_error_costs_nothing_on_standard_output(command):
 
 
 def test_search_reads_every_layout_flag_of_step(capsys):
-    """--optimizer, --etp, --pipeline-layout, --dispatcher, --recompute-modules and --grad-dtype are
-    read by search as by step (each row counted with them); the flags of one layout alone are
-    refused."""
+    """--optimizer, --etp, --pipeline-layout, --dispatcher, --recompute-modules, --grad-dtype and
+    --ends-as-layers are read by search as by step (each row counted with them); the flags of one
+    layout alone are refused."""
     base = (
         "search --hardware h100-sxm --gpus 32 --seq 4096 --global-batch 128 --json --top 2"
     ).split()
@@ -1897,6 +1906,7 @@ def test_search_reads_every_layout_flag_of_step(capsys):
         ],
         ["--model", "qwen3-30b-a3b", "--dispatcher", "allgather", "--expert-capacity", "1.25"],
         ["--model", "llama3-8b", "--recompute-modules", "layernorm", "--grad-dtype", "bf16"],
+        ["--model", "llama3-8b", "--ends-as-layers"],
     ):
         assert main([*base, *extra]) == 0, extra
         rows = json.loads(capsys.readouterr().out)["ranked"]
@@ -1911,13 +1921,15 @@ def test_search_reads_every_layout_flag_of_step(capsys):
             assert all(
                 r["dispatcher"] == "allgather" and r["expert_capacity"] == 1.25 for r in rows
             )
+        if "--ends-as-layers" in extra:  # 32 layers and the two ends: 34 slots, whole chunks
+            assert all(r["ends_as_layers"] and r["pp"] == 2 and r["vpp"] == 1 for r in rows)
         if "--recompute-modules" in extra:
             assert all(
                 r["recompute"] == "selective" and r["recompute_modules"] == ["layernorm"]
                 for r in rows
             )
     # one layout's alone: step's
-    for alone in (["--recompute-layers", "4"], ["--ends-as-layers"], ["--no-sp"]):
+    for alone in (["--recompute-layers", "4"], ["--no-sp"]):
         assert main([*base, "--model", "llama3-8b", *alone]) == 2
 
 

@@ -279,6 +279,7 @@ def test_moe_plan_node_limited():
         seq_len=4096,
         global_batch=15360,
         dtype="fp8",
+        stack="hai-llm",
     )
     limited = p.communication()["ep"]
     unlimited = an.Plan(
@@ -288,6 +289,7 @@ def test_moe_plan_node_limited():
         seq_len=4096,
         global_batch=15360,
         dtype="fp8",
+        stack="hai-llm",
     ).communication()["ep"]
     assert limited < unlimited  # at most 4 node copies instead of 8 expert copies cross IB
     assert p.placement()["ep"]["link"] == "two-level"
@@ -446,6 +448,7 @@ def test_stage0_activation_factors_of_schedules(schedule, ratio):
             an.Layout(tp=8, pp=16, dp=8, schedule=s, sequence_parallel=True),
             seq_len=8192,
             global_batch=512,
+            stack="hai-llm",
         )
         return p.expr(name).value().magnitude
 
@@ -465,7 +468,8 @@ def test_dualpipe_ranks_hold_the_model_twice():
     bytes each; the first and last ranks both hold the embedding and the output layer, the middle
     ones none."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
-    plan = an.Plan(m, hw, an.Layout(pp=4, dp=2, schedule="dualpipe"), seq_len=4096, global_batch=64)
+    lay = an.Layout(pp=4, dp=2, schedule="dualpipe")
+    plan = an.Plan(m, hw, lay, seq_len=4096, global_batch=64, stack="hai-llm")
     weights = [plan.memory(stage=k).weights.to("byte").magnitude for k in range(4)]
     assert sum(weights) == pytest.approx(2 * 2 * m.total_params, rel=1e-12)
     assert weights[0] == weights[3] and weights[1] == weights[2]
@@ -499,7 +503,10 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
     without = ds.replace(mtp_modules=0)
     layout = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
     plans = [
-        an.Plan(m, an.hardware("h800"), layout, seq_len=4096, global_batch=15360, dtype="fp8")
+        an.Plan(
+            m, an.hardware("h800"), layout, seq_len=4096, global_batch=15360, dtype="fp8",
+            stack="hai-llm",
+        )
         for m in (ds, without)
     ]
     assert ds.total_params == without.total_params
@@ -509,10 +516,10 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
     # the MTP module sits on the last stage, which ranks 0 and 15 hold under DualPipe
     for rank in (0, 15):
         last = [p.memory(stage=rank).weights for p in plans]
-        # 2 bytes per weight and 2 for Transformer Engine's FP8 copy and its transpose, routed
-        # experts over EP 64
+        # 2 bytes per weight and 2 for its FP8 copy and that copy's transpose, each with a 4-byte
+        # scale per 128 × 128 block (DeepSeek-V3 §3.3.2), routed experts over EP 64
         assert (last[0] - last[1]).to("byte").magnitude == pytest.approx(
-            4 * ((mtp - routed) + routed / 64), rel=1e-12
+            (4 + 2 * 4 / 128**2) * ((mtp - routed) + routed / 64), rel=1e-12
         )
     assert plans[0].memory(stage=7).weights == plans[1].memory(stage=7).weights
     assert plans[0].hardware_flops() > plans[1].hardware_flops()
@@ -564,6 +571,7 @@ def test_few_microbatches_cannot_hide_the_pipeline(schedule):
         an.Layout(tp=8, pp=8, dp=16, schedule=schedule),
         seq_len=8192,
         global_batch=32,
+        stack="hai-llm",
     )
     t = p.time_breakdown(ops=True)
     unit = sum(t[k].to("s").magnitude for k in ("gemm", "attention", "memory_bound")) / 6
@@ -685,7 +693,7 @@ def test_reserved_sms_slow_compute_by_their_share():
     GEMMs longer (their math on 112 SMs, their traffic and FP8 casts not), the memory-bound kernels
     as long (HBM is not shared out)."""
     m, hw = an.model("deepseek-v3"), an.hardware("h800")
-    kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
+    kw = dict(seq_len=4096, global_batch=15360, dtype="fp8", stack="hai-llm")
     lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
     plain, reserved = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(comm_sms=20), **kw)
     before, after = plain.time_breakdown(ops=True), reserved.time_breakdown(ops=True)
@@ -787,7 +795,8 @@ def test_pipelined_zero3_holds_its_stage_like_zero1():
     plus its own 16-bit shards (4Ψ/N_d), and its DP traffic is ZeRO-1's reduce-scatter + all-gather.
     Under DualPipe a rank holds both of its stages."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
-    kw = dict(seq_len=8192, global_batch=2048, grad_dtype="bf16")  # 16-bit gradients at every stage
+    # 16-bit gradients at every stage; a stack that runs DualPipe
+    kw = dict(seq_len=8192, global_batch=2048, grad_dtype="bf16", stack="hai-llm")
     lay = an.Layout(tp=8, pp=8, dp=16, zero=3)
     z3, z1 = (an.Plan(m, hw, lay.replace(zero=z), **kw) for z in (3, 1))
     stage = (
@@ -1956,6 +1965,7 @@ def test_exposure_says_what_each_axis_leaves_and_why():
         an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe"),
         seq_len=4096,
         global_batch=15360,
+        stack="hai-llm",
     )
     assert "DualPipe's" in dualpipe.exposure()["ep"]["why"]
     with pytest.raises(an.FreeSymbolError, match="exposure"):
@@ -1967,7 +1977,7 @@ def test_recompute_modules_run_what_they_free_again():
     step, the two up-projections' forwards of every block (2·128·(1536·192 + 512·256) FLOPs a token,
     by hand from the MLA shapes) and no attention core; the default selective module is the
     attention core alone."""
-    lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
+    lay = an.Layout(pp=16, dp=128, ep=64, zero=1)
     # Megatron-Core refuses the layernorm and moe_act modules under delayed scaling
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8", fp8_recipe="tensorwise")
     m = an.model("deepseek-v3")
@@ -2477,7 +2487,7 @@ def test_dualpipe_hides_the_all_to_all_behind_the_paired_chunk_only_up_to_its_co
     under 1F1B the all-to-all sits between the router and the experts, exposed whole. The traffic is
     the same."""
     m, kw = an.model("deepseek-v3"), dict(
-        seq_len=4096, global_batch=1024, scale_out_bandwidth=bandwidth
+        seq_len=4096, global_batch=1024, scale_out_bandwidth=bandwidth, stack="hai-llm"
     )
     lay = an.Layout(pp=16, dp=64, ep=64, zero=1)
     dual = an.Plan(m, "h800", lay.replace(schedule="dualpipe"), **kw)

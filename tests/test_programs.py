@@ -45,6 +45,7 @@ def deepseek():
         global_batch=15360,
         dtype="fp8",
         training_tokens="14.8e12 token",
+        stack="hai-llm",
     )
 
 

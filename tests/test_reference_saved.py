@@ -131,7 +131,7 @@ def test_deepseek_v3_layer_under_its_recompute_modules():
         + 6 * 2048
     )
     assert want == 258688
-    lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
+    lay = an.Layout(pp=16, dp=128, ep=64, zero=1)
     kw = dict(seq_len=4096, global_batch=15360)
     saver = an.Plan(
         an.model("deepseek-v3"),
@@ -159,7 +159,6 @@ def test_deepseek_v3_layer_with_its_activations_cached_in_fp8():
         dp=128,
         ep=64,
         zero=1,
-        schedule="dualpipe",
         recompute="selective",
         recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
         fp8_activations=True,
@@ -186,7 +185,6 @@ def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are
             dp=128 // tp,
             ep=64,
             zero=1,
-            schedule="dualpipe",
             recompute="selective",
             sequence_parallel=tp > 1,
             recompute_modules=("layernorm", "moe_act"),

@@ -242,7 +242,8 @@ def test_a_plan_that_does_not_fit_lists_the_layouts_that_do_at_its_imbalance(cap
     balanced = an.search("qwen3-235b-a22b", "h100-sxm", **kw).ranked
     steps = [r.step_time for r in dropless]
     assert [r["step_time_s"] for r in listed] == pytest.approx(steps, rel=1e-12)
-    assert listed[0]["step_time_s"] > balanced[0].step_time
+    # its third is slower than balanced routing's third (an EP 2 layout, which dropless slows)
+    assert listed[2]["step_time_s"] > balanced[2].step_time
 
 
 def test_a_pair_whose_plan_is_not_a_table_is_refused(tmp_path):

@@ -3,6 +3,7 @@ import pytest
 
 import analytic as an
 from analytic.core.errors import InputError, LayoutError
+from analytic.plan import SCHEDULES
 
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
 
@@ -20,7 +21,7 @@ def result(tmp_path_factory):
         global_batch=256,
         recompute=("none", "full"),
         zero=(1, 3),
-        schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"),
+        schedules=("1f1b", "interleaved"),  # Megatron-Core's
     )
 
 
@@ -39,7 +40,8 @@ def test_search_numbers_equal_plan(result):
 
 def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
     """An MLA MoE model with an MTP module, every schedule, ZeRO stage and recompute policy: EP, the
-    node-limited all-to-all and DualPipe as Plan computes them, to 1e-9 relative."""
+    node-limited all-to-all and DualPipe as Plan computes them, to 1e-9 relative. The stack is
+    TorchTitan's, which declares no schedules (stacks.toml), so every one is searched."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     moe = an.Model(
         layers=16, hidden=2048, heads=16, head_dim=128, vocab=32000, mlp="swiglu", position="rope",
@@ -48,7 +50,9 @@ def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
         nodes_per_token=2, mtp_modules=1,
     )
     hw = an.hardware("h800")
-    res = an.search(moe, hw, gpus=64, seq_len=4096, global_batch=128, progress=False)
+    res = an.search(
+        moe, hw, gpus=64, seq_len=4096, global_batch=128, stack="torchtitan", progress=False
+    )
     arrays = res.arrays
     assert set(np.unique(arrays["schedule"])) == set(range(len(an.plan.SCHEDULES)))
     assert np.any(arrays["ep"] > 8)  # EP groups that leave the node
@@ -132,10 +136,10 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, result, tty):
         global_batch=256,
         recompute=("none", "full"),
         zero=(1, 3),
-        schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"),
+        schedules=("1f1b", "interleaved"),  # Megatron-Core's
     )
     assert res.evaluated == result.evaluated and res.best.step_time == result.best.step_time
-    if tty:  # tqdm's bar, its total the layouts evaluated (4.2k)
+    if tty:  # tqdm's bar, its total the layouts evaluated (2.58k)
         assert (
             "search" in err.text
             and f"/{res.evaluated / 1e3:.2f}k" in err.text
@@ -326,7 +330,7 @@ def test_search_over_several_sizes_by_objective(tmp_path, monkeypatch):
     m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
     kw = dict(
         gpus=[64, 256, 1024], seq_len=8192, global_batch=64, zero=(1, 2), recompute=("none",),
-        schedules=("1f1b", "zb-h2"), progress=False,
+        schedules=("1f1b", "zb-h2"), stack="hai-llm", progress=False,
     )
     fast, cheap, busy = (an.search(m, hw, objective=o, **kw) for o in ("step_time", "cost", "mfu"))
     assert set(fast.arrays["gpus"]) == {64, 256, 1024} and fast.evaluated == cheap.evaluated
@@ -556,7 +560,8 @@ def test_the_ranking_as_a_frame_with_units():
     for _, row in f.iterrows():
         lay = an.Layout(
             tp=row["tp"], cp=row["cp"], pp=row["pp"], dp=row["dp"], zero=row["zero"],
-            recompute=row["recompute"], schedule=row["schedule"], sequence_parallel=row["tp"] > 1,
+            recompute=row["recompute"], schedule=row["schedule"], vpp=row["vpp"],
+            sequence_parallel=row["tp"] > 1,
         )
         plan = an.Plan(
             "llama3-70b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
@@ -735,3 +740,48 @@ def test_the_expert_degrees_each_layout_folds():
             (2, 1, 2): {1}}
     assert {k: eps[k] for k in want} == want
     assert (1, 1, 2) not in eps and (2, 1, 1) not in eps  # 2 ranks: no fold of 4
+
+
+def test_the_ends_counted_as_layers_split_the_pipelines_search_ranks(tmp_path, monkeypatch):
+    """layout_options={"ends_as_layers": True}: Llama 3 8B's 32 layers and the two ends make 34
+    slots, so only 2 stages of one chunk split them (17 is no divisor of 64 GPUs); every layout
+    has a pipeline and no DualPipe, and its numbers are its Plan's. DualPipe asked for by name,
+    or a hybrid pattern, is refused as Plan refuses it."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
+    res = an.search(MODEL, HW, layout_options={"ends_as_layers": True}, **kw)
+    arrays = res.arrays
+    assert set(arrays["pp"]) == {2} and set(arrays["vpp"]) == {1}
+    assert SCHEDULES.index("dualpipe") not in set(arrays["schedule"])
+    rng = np.random.default_rng(2)
+    for j in rng.choice(len(arrays["memory"]), size=10, replace=False):
+        plan = res.row(j).plan(MODEL, HW, seq_len=4096, global_batch=256)
+        assert plan.layout.ends_as_layers
+        assert arrays["memory"][j] == pytest.approx(
+            plan.memory().total.to("byte").magnitude, rel=1e-9
+        )
+        assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+    with pytest.raises(InputError, match="ends_as_layers: DualPipe"):
+        an.search(
+            MODEL, HW, layout_options={"ends_as_layers": True}, stack="hai-llm",
+            schedules=("1f1b", "dualpipe"), **kw,
+        )
+    hybrid = an.Model.from_hf("tests/data/hf/nemotron-3-nano.json")
+    with pytest.raises(InputError, match="ends_as_layers: a hybrid pattern"):
+        an.search(hybrid, HW, layout_options={"ends_as_layers": True}, **kw)
+
+
+def test_a_stack_searches_the_schedules_it_runs():
+    """Megatron-Core runs 1F1B and the interleaved schedule (stacks.toml, from its
+    get_forward_backward_func): a search on it ranks no other, and one asked for by name is refused
+    naming the stacks that run it; DeepSeek's HAI-LLM runs DualPipe."""
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
+    res = an.search(MODEL, HW, **kw)
+    assert {SCHEDULES[int(s)] for s in set(res.arrays["schedule"])} == {"1f1b", "interleaved"}
+    with pytest.raises(InputError, match=r"not dualpipe \(the stacks that run it: hai-llm\)"):
+        an.search(MODEL, HW, schedules=("1f1b", "dualpipe"), **kw)
+    with pytest.raises(InputError, match="schedule: stack megatron-core runs 1f1b, interleaved"):
+        an.Plan(MODEL, HW, an.Layout(pp=4, dp=16, schedule="zb-h1"), seq_len=4096,
+                global_batch=256)
+    dual = an.search(MODEL, HW, stack="hai-llm", **kw)
+    assert SCHEDULES.index("dualpipe") in set(dual.arrays["schedule"])

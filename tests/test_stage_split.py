@@ -313,6 +313,7 @@ def test_under_dualpipe_a_stages_row_counts_its_ranks_layers(capsys):
     """Llama 3 8B on four stages under DualPipe: each rank holds its stage's 8 layers and the
     mirrored stage's 8, as its memory row holds both."""
     flags = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--pp", "4",
-             "--schedule", "dualpipe", "--seq", "4096", "--global-batch", "16"]
+             "--schedule", "dualpipe", "--stack", "hai-llm", "--seq", "4096",
+             "--global-batch", "16"]
     assert main(["memory", "--json", "--stages", *flags]) == 0
     assert [s["layers"] for s in json.loads(capsys.readouterr().out)["stages"]] == [16] * 4

@@ -110,6 +110,7 @@ SEARCH_FLAGS = {
     "quantized_params",
     "first_stage_layers",
     "last_stage_layers",
+    "ends_as_layers",
     "ep_overlap",
     "expert_capacity",
     "routing_imbalance",
@@ -122,7 +123,6 @@ PLAN_FLAGS = SEARCH_FLAGS | {
     "profile",
     "allow_cross_node_tp",
     "recompute_layers",
-    "ends_as_layers",
 }
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its
 #: numbers still print beside the plan's; any other plan flag makes the configuration the user's
@@ -217,13 +217,17 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
 
 def layout_option_flags(get) -> dict:
     """The Layout fields ``step`` and ``search`` read alike from their flags: activations offloaded
-    or cached in FP8, parameters kept quantized, the all-to-alls overlapped, the recompute modules,
-    the end stages' layers and the optimizer's offloaded share, where given."""
+    or cached in FP8, parameters kept quantized, the all-to-alls overlapped, the ends counted as
+    layers, the recompute modules, the end stages' layers and the optimizer's offloaded share, where
+    given."""
     from ..core.values import share
 
     out = {
         k: True
-        for k in ("offload_activations", "fp8_activations", "quantized_params", "ep_overlap")
+        for k in (
+            "offload_activations", "fp8_activations", "quantized_params", "ep_overlap",
+            "ends_as_layers",
+        )
         if get(k)
     }
     if get("recompute_modules"):
@@ -464,7 +468,7 @@ def _layout_kwargs(get, tp, pp, dp, cp, ep, vpp) -> dict:
         sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp),
     )
     layout |= {k: get(k) for k in ("recompute", "schedule") if get(k) is not None}
-    layout |= {k: True for k in ("async_tp", "ends_as_layers") if get(k)} | layout_option_flags(get)
+    layout |= {k: True for k in ("async_tp",) if get(k)} | layout_option_flags(get)
     if get("zero") is not None:
         layout["zero"] = int(get("zero"))
     if get("comm_sms") is not None:

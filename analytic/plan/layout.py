@@ -7,6 +7,7 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
+from .. import presets
 from ..core.choices import (
     BLOCK_SCALED,
     DISPATCHERS,
@@ -881,6 +882,12 @@ def dispatcher_of(stack: str, props: dict, model, given: str | None) -> str | No
     return dispatcher
 
 
+def _stacks_that_run(schedule: str) -> str:
+    """The stacks whose schedules list ``schedule``, for a refusal to name."""
+    names = [s for s in presets.stacks() if schedule in presets.stack(s).get("schedules", ())]
+    return f" (the stacks that run it: {', '.join(names)})" if names else ""
+
+
 def stack_refusal(
     stack: str,
     props: dict,
@@ -918,7 +925,10 @@ def stack_refusal(
             " dtypes of the stacks that run block-scaled formats)"
         )
     if isinstance(schedule, str) and "schedules" in props and schedule not in props["schedules"]:
-        return f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {schedule}"
+        return (
+            f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {schedule}"
+            f"{_stacks_that_run(schedule)}"
+        )
     if props.get("context_parallel") is False and known(cp) and cp > 1:
         return f"cp: stack {stack} has no context parallelism"
     if props.get("max_zero") is not None and known(zero) and zero > props["max_zero"]:

@@ -313,7 +313,7 @@ def enumerate_layouts(
     max_cp: int | None = None,
     pins: dict | None = None,
     etp: int | None = None,
-    uneven: bool = False, marked: bool = False,
+    uneven: bool = False, marked: bool = False, ends_as_layers: bool = False,
 ) -> dict:
     """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
     schedule as their index in RECOMPUTE and SCHEDULES).
@@ -325,8 +325,8 @@ def enumerate_layouts(
     degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤ layers; EP
     divides cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts;
     microbatches per replica ≥ 1 and a multiple of pp for the interleaved schedule, even for
-    DualPipe (with pp even); with pp = 1 only 1F1B is listed; a hybrid pattern split as
-    Megatron-Core does, its layers ``uneven`` or ``marked`` (plan.hybrid_pipeline_refusal)."""
+    DualPipe (with pp even); with pp = 1 only 1F1B; a hybrid pattern split as Megatron-Core does,
+    ``uneven`` or ``marked`` (plan.hybrid_pipeline_refusal); ``ends_as_layers``: pp ≥ 2 (_rows)."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
@@ -358,6 +358,7 @@ def enumerate_layouts(
                 dp = gpus // (tp * cp * pp)
                 if (
                     pp > model.layers
+                    or (ends_as_layers and pp < 2)
                     or not free("pp", pp)
                     or not free("dp", dp)
                     or hybrid_pipeline_refusal(model, pp, 1, uneven, False, marked)
@@ -366,7 +367,7 @@ def enumerate_layouts(
                 eps = _expert_degrees(model, tp, cp, dp, etp, free)
                 rows += _rows(
                     model, (tp, pp, dp, cp), eps, global_batch, microbatch_sizes, schedules, vpps,
-                    (uneven, False, marked),
+                    (uneven, ends_as_layers, marked),
                 )
     degrees = np.array(rows, dtype=float).reshape(-1, 8)
     choices = np.array([(z, RECOMPUTE.index(rc)) for rc in recompute for z in zero], dtype=float)
@@ -410,6 +411,8 @@ def _rows(
                 else:
                     vs = [1]
                 vs = [v for v in vs if not hybrid_pipeline_refusal(model, pp, v, *split)]
+                if split[1]:  # the ends as layers: every chunk whole (Layout's _check_split)
+                    vs = [v for v in vs if (model.layers + 2) % (pp * v) == 0]
                 rows += [(tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched)) for v in vs]
     return rows
 
@@ -505,8 +508,10 @@ def search(
     ``grad_dtype``, ``moment_dtype``, ``expert_capacity``, ``pad_to_capacity`` and
     ``routing_imbalance`` as Plan takes them; ``etp``, ``pipeline_layout`` and
     ``layout_options`` (a dict of Layout's recompute_modules, fp8_activations, quantized_params,
-    offload_activations, offload_optimizer, first_stage_layers, last_stage_layers) every layout's,
-    as Layout takes them (a pipeline layout or uneven stages with ``pp`` pinned). Each layout
+    offload_activations, offload_optimizer, first_stage_layers, last_stage_layers, ep_overlap,
+    ends_as_layers) every layout's, as Layout takes them (a pipeline layout or uneven stages with
+    ``pp`` pinned; the ends as layers on the layouts with a pipeline). The schedules are those the
+    stack runs (stacks.toml ``schedules``; one it does not, asked for, is refused). Each layout
     carries its memory verdict, as :meth:`Plan.memory_verdict`; ranked: those that fit at their
     predicted peak (``at_limit``: and at the limit)."""
     start = time.time()
@@ -602,7 +607,8 @@ def _ranked(q: SimpleNamespace, start: float) -> SearchResult:
         q.model, q.hardware, q.props, q.counts, seq_len=q.seq_len, global_batch=q.global_batch,
         microbatch_sizes=q.microbatch_sizes, max_tp=q.max_tp, max_cp=q.max_cp, pins=q.pins,
         etp=counted.get("etp"), explicit="pp" in counted,
-        marked=counted["pipeline_layout"] is not None, **narrowed,
+        marked=counted["pipeline_layout"] is not None,
+        ends_as_layers=bool(counted.get("ends_as_layers")), **narrowed,
     )
     out, built = _evaluated(
         arrays, q.progress, q.model, q.hardware, q.seq_len, q.global_batch, q.dtype,
@@ -735,6 +741,8 @@ def _counted(stack, props, plan, narrowed: dict, **given) -> tuple:
             None,
         )
         narrowed = {**narrowed, "zero": (1,)}
+    if options.get("ends_as_layers"):  # a hybrid pattern's stages hold layers only
+        refusal = refusal or hybrid_pipeline_refusal(model, 2, 1, ends_as_layers=True)
     if refusal:
         raise InputError(refusal)
     return _layout_counted(counted, options, stack, props, pins, narrowed)
@@ -782,6 +790,8 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
                 if narrowed["zero"] != ZERO_STAGES:
                     raise
         narrowed = {**narrowed, "zero": tuple(kept)}
+    if options.get("ends_as_layers"):
+        narrowed = _ends_as_layers(counted, narrowed)
     text, uneven = counted["pipeline_layout"], options.get("first_stage_layers") or options.get(
         "last_stage_layers"
     )
@@ -812,6 +822,17 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
         )
     narrowed = {**narrowed, "schedules": schedules, "vpps": (vpp,) if vpp > 1 else narrowed["vpps"]}
     return {**counted, "pp": pins["pp"], "vpp": vpp}, narrowed
+
+
+def _ends_as_layers(counted: dict, narrowed: dict) -> dict:
+    """The schedules the ends counted as layers leave: not DualPipe, whose ranks hold both ends
+    (dropped from the defaults, refused where asked for by name, as Layout refuses it)."""
+    if "dualpipe" in narrowed["schedules"] and tuple(narrowed["schedules"]) != SCHEDULES:
+        raise InputError(
+            "ends_as_layers: DualPipe places both ends of the model on the same ranks; drop"
+            " dualpipe"
+        )
+    return {**narrowed, "schedules": tuple(s for s in narrowed["schedules"] if s != "dualpipe")}
 
 
 def _paired(counted: dict, stack, props, narrowed: dict) -> dict:
@@ -883,11 +904,12 @@ def _layouts(
     # stack_refusal's pipeline ZeRO limit, on every row at once
     if props.get("pipeline_zero") is not None:
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
-    # and its even model chunks (a pipeline layout places its own)
+    # and its even model chunks (a pipeline layout places its own; the ends as layers are two more)
     if props.get("even_chunks") and not explicit:
+        slots = model.layers + 2 if options.get("ends_as_layers") else model.layers
         keep &= ~(
             (arrays["schedule"] == SCHEDULES.index("interleaved"))
-            & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0)
+            & (slots % (arrays["pp"] * arrays["vpp"]) != 0)
         )
     if ep_overlap:
         keep &= (arrays["ep"] > 1) & (

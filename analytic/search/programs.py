@@ -52,7 +52,7 @@ PLAN_OPTIONS = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "grad_dt
                 "moment_dtype", "expert_capacity", "pad_to_capacity", "routing_imbalance")
 LAYOUT_OPTIONS = ("etp", "pipeline_layout", "recompute_modules", "fp8_activations",
                   "quantized_params", "offload_activations", "offload_optimizer",
-                  "first_stage_layers", "last_stage_layers", "ep_overlap")
+                  "first_stage_layers", "last_stage_layers", "ep_overlap", "ends_as_layers")
 COUNTED = PLAN_OPTIONS + LAYOUT_OPTIONS
 
 
