@@ -766,6 +766,11 @@ def test_the_ends_counted_as_layers_split_the_pipelines_search_ranks(tmp_path, m
             MODEL, HW, layout_options={"ends_as_layers": True}, stack="hai-llm",
             schedules=("1f1b", "dualpipe"), **kw,
         )
+    # 22 layers and the ends: 24 slots, whole chunks of pp × vpp ≤ 22 with pp dividing 64
+    short = MODEL.replace(layers=22)
+    res = an.search(short, HW, layout_options={"ends_as_layers": True}, **kw)
+    pairs = set(zip(res.arrays["pp"].astype(int), res.arrays["vpp"].astype(int)))
+    assert pairs == {(2, 1), (4, 1), (8, 1), (2, 2), (2, 4), (4, 2)}
     hybrid = an.Model.from_hf("tests/data/hf/nemotron-3-nano.json")
     with pytest.raises(InputError, match="ends_as_layers: a hybrid pattern"):
         an.search(hybrid, HW, layout_options={"ends_as_layers": True}, **kw)

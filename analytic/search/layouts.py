@@ -791,7 +791,7 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
                     raise
         narrowed = {**narrowed, "zero": tuple(kept)}
     if options.get("ends_as_layers"):
-        narrowed = _ends_as_layers(counted, narrowed)
+        narrowed = _ends_as_layers(narrowed)
     text, uneven = counted["pipeline_layout"], options.get("first_stage_layers") or options.get(
         "last_stage_layers"
     )
@@ -824,7 +824,7 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     return {**counted, "pp": pins["pp"], "vpp": vpp}, narrowed
 
 
-def _ends_as_layers(counted: dict, narrowed: dict) -> dict:
+def _ends_as_layers(narrowed: dict) -> dict:
     """The schedules the ends counted as layers leave: not DualPipe, whose ranks hold both ends
     (dropped from the defaults, refused where asked for by name, as Layout refuses it)."""
     if "dualpipe" in narrowed["schedules"] and tuple(narrowed["schedules"]) != SCHEDULES:
@@ -904,12 +904,12 @@ def _layouts(
     # stack_refusal's pipeline ZeRO limit, on every row at once
     if props.get("pipeline_zero") is not None:
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
-    # and its even model chunks (a pipeline layout places its own; the ends as layers are two more)
-    if props.get("even_chunks") and not explicit:
-        slots = model.layers + 2 if options.get("ends_as_layers") else model.layers
+    # and its even model chunks (a pipeline layout places its own; the ends as layers' chunks are
+    # whole already, _rows)
+    if props.get("even_chunks") and not explicit and not options.get("ends_as_layers"):
         keep &= ~(
             (arrays["schedule"] == SCHEDULES.index("interleaved"))
-            & (slots % (arrays["pp"] * arrays["vpp"]) != 0)
+            & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0)
         )
     if ep_overlap:
         keep &= (arrays["ep"] > 1) & (
