@@ -192,6 +192,7 @@ def test_a_programs_inputs_are_the_free_symbols_of_its_expressions():
         {"inputs": ["a"], "constants": [], "steps": [["where", [0, 0]]], "outputs": [1]},
         {"inputs": ["a"], "constants": [], "steps": [["add", [0]]], "outputs": [1]},
         {"inputs": ["a"], "constants": [], "steps": [["add", [0, True]]], "outputs": [1]},
+        {"inputs": ["a"], "constants": [], "steps": [[["add"], [0, 0]]], "outputs": [1]},
         {"inputs": ["a"], "constants": [], "steps": [], "outputs": []},
         {"inputs": ["a"], "constants": [], "steps": [], "outputs": [0], "code": "x"},
     ],

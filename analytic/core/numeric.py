@@ -212,6 +212,7 @@ class Program:
             if not (
                 isinstance(step, list)
                 and len(step) == 2
+                and type(step[0]) is str  # a list is no key of ARITY: a TypeError, not False
                 and step[0] in ARITY
                 and isinstance(step[1], list)
             ):
