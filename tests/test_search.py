@@ -745,8 +745,8 @@ def test_the_expert_degrees_each_layout_folds():
 def test_the_ends_counted_as_layers_split_the_pipelines_search_ranks(tmp_path, monkeypatch):
     """layout_options={"ends_as_layers": True}: Llama 3 8B's 32 layers and the two ends make 34
     slots, so only 2 stages of one chunk split them (17 is no divisor of 64 GPUs); every layout
-    has a pipeline and no DualPipe, and its numbers are its Plan's. DualPipe asked for by name,
-    or a hybrid pattern, is refused as Plan refuses it."""
+    has a pipeline and no DualPipe, and its numbers are its Plan's. DualPipe asked for by name, a
+    pipeline layout, the end stages' layers or a hybrid pattern is refused as Plan refuses it."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
     res = an.search(MODEL, HW, layout_options={"ends_as_layers": True}, **kw)
@@ -771,6 +771,17 @@ def test_the_ends_counted_as_layers_split_the_pipelines_search_ranks(tmp_path, m
     res = an.search(short, HW, layout_options={"ends_as_layers": True}, **kw)
     pairs = set(zip(res.arrays["pp"].astype(int), res.arrays["vpp"].astype(int)))
     assert pairs == {(2, 1), (4, 1), (8, 1), (2, 2), (2, 4), (4, 2)}
+    # with a pipeline layout, or the end stages' layers given, as Layout refuses them
+    with pytest.raises(LayoutError, match="pipeline_layout: places the ends itself"):
+        an.search(
+            MODEL, HW, layout_options={"ends_as_layers": True}, pp=4,
+            pipeline_layout="E" + "tttttttt|" * 3 + "ttttttttL", **kw,
+        )
+    with pytest.raises(LayoutError, match="ends_as_layers: the split it makes leaves no"):
+        an.search(
+            MODEL, HW, layout_options={"ends_as_layers": True, "first_stage_layers": 7}, pp=4,
+            **kw,
+        )
     hybrid = an.Model.from_hf("tests/data/hf/nemotron-3-nano.json")
     with pytest.raises(InputError, match="ends_as_layers: a hybrid pattern"):
         an.search(hybrid, HW, layout_options={"ends_as_layers": True}, **kw)

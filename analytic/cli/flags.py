@@ -468,7 +468,7 @@ def _layout_kwargs(get, tp, pp, dp, cp, ep, vpp) -> dict:
         sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp),
     )
     layout |= {k: get(k) for k in ("recompute", "schedule") if get(k) is not None}
-    layout |= {k: True for k in ("async_tp",) if get(k)} | layout_option_flags(get)
+    layout |= ({"async_tp": True} if get("async_tp") else {}) | layout_option_flags(get)
     if get("zero") is not None:
         layout["zero"] = int(get("zero"))
     if get("comm_sms") is not None:

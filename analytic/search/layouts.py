@@ -791,7 +791,7 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
                     raise
         narrowed = {**narrowed, "zero": tuple(kept)}
     if options.get("ends_as_layers"):
-        narrowed = _ends_as_layers(narrowed)
+        narrowed = _ends_as_layers(counted["pipeline_layout"], options, narrowed)
     text, uneven = counted["pipeline_layout"], options.get("first_stage_layers") or options.get(
         "last_stage_layers"
     )
@@ -824,9 +824,13 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
     return {**counted, "pp": pins["pp"], "vpp": vpp}, narrowed
 
 
-def _ends_as_layers(narrowed: dict) -> dict:
+def _ends_as_layers(text, options: dict, narrowed: dict) -> dict:
     """The schedules the ends counted as layers leave: not DualPipe, whose ranks hold both ends
-    (dropped from the defaults, refused where asked for by name, as Layout refuses it)."""
+    (dropped from the defaults, refused where asked for by name, as Layout refuses it); with a
+    pipeline layout ``text`` or the end stages' layers given, Layout's refusal."""
+    placed = {k: options.get(k) for k in ("first_stage_layers", "last_stage_layers")}
+    if text is not None or any(v is not None for v in placed.values()):
+        Layout(pp=2, ends_as_layers=True, pipeline_layout=text, **placed)  # raises, saying why
     if "dualpipe" in narrowed["schedules"] and tuple(narrowed["schedules"]) != SCHEDULES:
         raise InputError(
             "ends_as_layers: DualPipe places both ends of the model on the same ranks; drop"
