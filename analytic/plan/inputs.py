@@ -75,14 +75,14 @@ class Inputs:
         moment_dtype: str | None,
         stack: str,
         profile,
-        optimizer: str = "adam",
-        fp8_recipe: str | None = None,
-        dispatcher: str | None = None,
-        bf16_layers=None,
-        expert_capacity=None,
-        pad_to_capacity: bool = True,
+        optimizer: str,
+        fp8_recipe: str | None,
+        dispatcher: str | None,
+        bf16_layers,
+        expert_capacity,
+        pad_to_capacity: bool,
         **overrides,
-    ):  # Plan's arguments
+    ):  # Plan's arguments, its defaults applied
         model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):

@@ -297,6 +297,11 @@ class SearchResult:
         return self.row(int(np.lexsort((self.arrays["memory"], self.arrays["verdict"]))[0]))
 
 
+#: the microbatch sizes and the chunks a stage under the interleaved schedule that search tries
+#: unless told (enumerate_layouts, search)
+MICROBATCH_SIZES, VPPS = (1, 2, 4, 8), (2, 4)
+
+
 def enumerate_layouts(
     model: Model,
     hardware: Hardware,
@@ -304,11 +309,11 @@ def enumerate_layouts(
     gpus: int,
     seq_len: int,
     global_batch: int,
-    microbatch_sizes=(1, 2, 4, 8),
+    microbatch_sizes=MICROBATCH_SIZES,
     zero=ZERO_STAGES,
     recompute=RECOMPUTE,
     schedules=SCHEDULES,
-    vpps=(2, 4),
+    vpps=VPPS,
     max_tp: int | None = None,
     max_cp: int | None = None,
     pins: dict | None = None,
@@ -462,11 +467,11 @@ def search(
     global_batch=None,
     batch_tokens=None,
     dtype: str = "bf16",
-    microbatch_sizes=(1, 2, 4, 8),
+    microbatch_sizes=MICROBATCH_SIZES,
     zero=ZERO_STAGES,
     recompute=RECOMPUTE,
     schedules=SCHEDULES,
-    vpps=(2, 4),
+    vpps=VPPS,
     max_tp: int | None = None,
     max_cp: int | None = None,
     flash_attention: bool = True,
