@@ -53,6 +53,7 @@ def plans() -> dict:
             global_batch=15360,
             dtype="fp8",
             training_tokens="14.8e12 token",
+            stack="hai-llm",  # the stack that runs DualPipe
         ),
         "zero3-per-tensor": an.Plan(
             an.model("llama3-70b"),

@@ -38,10 +38,17 @@ def test_search_numbers_equal_plan(result):
         assert arrays["mfu"][j] == pytest.approx(plan.mfu(), rel=1e-9)
 
 
-def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
-    """An MLA MoE model with an MTP module, every schedule, ZeRO stage and recompute policy: EP, the
-    node-limited all-to-all and DualPipe as Plan computes them, to 1e-9 relative. The stack is
-    TorchTitan's, which declares no schedules (stacks.toml), so every one is searched."""
+@pytest.mark.parametrize(
+    "stack, schedules",
+    [
+        ("hai-llm", {"1f1b", "zb-h1", "zb-h2", "dualpipe"}),
+        ("torchtitan", {"1f1b", "gpipe", "interleaved"}),
+    ],
+)
+def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch, stack, schedules):
+    """An MLA MoE model with an MTP module, every schedule the stack runs (the two stacks between
+    them every schedule), ZeRO stage and recompute policy: EP, the node-limited all-to-all and
+    DualPipe as Plan computes them, to 1e-9 relative."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     moe = an.Model(
         layers=16, hidden=2048, heads=16, head_dim=128, vocab=32000, mlp="swiglu", position="rope",
@@ -50,11 +57,9 @@ def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
         nodes_per_token=2, mtp_modules=1,
     )
     hw = an.hardware("h800")
-    res = an.search(
-        moe, hw, gpus=64, seq_len=4096, global_batch=128, stack="torchtitan", progress=False
-    )
+    res = an.search(moe, hw, gpus=64, seq_len=4096, global_batch=128, stack=stack, progress=False)
     arrays = res.arrays
-    assert set(np.unique(arrays["schedule"])) == set(range(len(an.plan.SCHEDULES)))
+    assert {SCHEDULES[int(s)] for s in np.unique(arrays["schedule"])} == schedules
     assert np.any(arrays["ep"] > 8)  # EP groups that leave the node
     rng = np.random.default_rng(1)
     for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
