@@ -331,7 +331,7 @@ def enumerate_layouts(
     divides cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts;
     microbatches per replica ≥ 1 and a multiple of pp for the interleaved schedule, even for
     DualPipe (with pp even); with pp = 1 only 1F1B; a hybrid pattern split as Megatron-Core does,
-    ``uneven`` or ``marked`` (plan.hybrid_pipeline_refusal); ``ends_as_layers``: pp ≥ 2 (_rows)."""
+    ``uneven`` or ``marked`` (plan.hybrid_pipeline_refusal); ``ends_as_layers``: pp > 1 (_rows)."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
