@@ -766,7 +766,7 @@ def test_the_ends_counted_as_layers_split_the_pipelines_search_ranks(tmp_path, m
             plan.memory().total.to("byte").magnitude, rel=1e-9
         )
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
-    with pytest.raises(InputError, match="ends_as_layers: DualPipe"):
+    with pytest.raises(LayoutError, match="ends_as_layers: DualPipe"):
         an.search(
             MODEL, HW, layout_options={"ends_as_layers": True}, stack="hai-llm",
             schedules=("1f1b", "dualpipe"), **kw,

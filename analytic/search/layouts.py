@@ -831,16 +831,13 @@ def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: 
 
 def _ends_as_layers(text, options: dict, narrowed: dict) -> dict:
     """The schedules the ends counted as layers leave: not DualPipe, whose ranks hold both ends
-    (dropped from the defaults, refused where asked for by name, as Layout refuses it); with a
-    pipeline layout ``text`` or the end stages' layers given, Layout's refusal."""
+    (dropped from the defaults); with DualPipe asked for by name, a pipeline layout ``text`` or the
+    end stages' layers given, Layout's refusal."""
     placed = {k: options.get(k) for k in ("first_stage_layers", "last_stage_layers")}
-    if text is not None or any(v is not None for v in placed.values()):
-        Layout(pp=2, ends_as_layers=True, pipeline_layout=text, **placed)  # raises, saying why
-    if "dualpipe" in narrowed["schedules"] and tuple(narrowed["schedules"]) != SCHEDULES:
-        raise InputError(
-            "ends_as_layers: DualPipe places both ends of the model on the same ranks; drop"
-            " dualpipe"
-        )
+    named = "dualpipe" in narrowed["schedules"] and tuple(narrowed["schedules"]) != SCHEDULES
+    if named or text is not None or any(v is not None for v in placed.values()):
+        schedule = "dualpipe" if named else "1f1b"
+        Layout(pp=2, ends_as_layers=True, schedule=schedule, pipeline_layout=text, **placed)
     return {**narrowed, "schedules": tuple(s for s in narrowed["schedules"] if s != "dualpipe")}
 
 
